@@ -1,0 +1,64 @@
+//! Every name the operator writes into the cluster, in one place.
+
+/// API group of the TrainCluster resource.
+pub const API_GROUP: &str = "slices.dev";
+/// The one field manager used for every write (server-side apply and status).
+pub const FIELD_MANAGER: &str = "slice-operator";
+/// Reported as `app.kubernetes.io/managed-by` and as the event reporting controller.
+pub const OPERATOR_NAME: &str = "slice-operator";
+
+// Labels on every pod the operator creates (one prefix: `slices.dev/`).
+pub const LABEL_CLUSTER: &str = "slices.dev/cluster";
+pub const LABEL_ROLE: &str = "slices.dev/role";
+pub const LABEL_GROUP: &str = "slices.dev/group";
+pub const LABEL_REPLICA_INDEX: &str = "slices.dev/replica-index";
+pub const LABEL_HOST_INDEX: &str = "slices.dev/host-index";
+pub const LABEL_EPOCH: &str = "slices.dev/epoch";
+/// Unique per group incarnation; also the exclusive-placement key.
+pub const LABEL_GROUP_KEY: &str = "slices.dev/group-key";
+/// The slice (node pool or node) a group was pinned to, if any.
+pub const LABEL_SLICE: &str = "slices.dev/slice";
+pub const ROLE_WORKER: &str = "worker";
+pub const ROLE_HEAD: &str = "head";
+
+pub const LABEL_APP_NAME: &str = "app.kubernetes.io/name";
+pub const LABEL_APP_INSTANCE: &str = "app.kubernetes.io/instance";
+pub const LABEL_APP_COMPONENT: &str = "app.kubernetes.io/component";
+pub const LABEL_APP_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+pub const APP_NAME: &str = "traincluster";
+
+// GKE node labels, resources and taints the operator reads.
+pub const NODE_LABEL_ACCELERATOR: &str = "cloud.google.com/gke-tpu-accelerator";
+pub const NODE_LABEL_TOPOLOGY: &str = "cloud.google.com/gke-tpu-topology";
+pub const NODE_LABEL_NODEPOOL: &str = "cloud.google.com/gke-nodepool";
+pub const TPU_RESOURCE: &str = "google.com/tpu";
+pub const TAINT_IMPENDING_TERMINATION: &str = "cloud.google.com/impending-node-termination";
+pub const TAINT_NOT_READY: &str = "node.kubernetes.io/not-ready";
+pub const TAINT_UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+
+// The worker environment contract (see docs/env-contract.md).
+pub const ENV_TPU_WORKER_ID: &str = "TPU_WORKER_ID";
+pub const ENV_TPU_WORKER_HOSTNAMES: &str = "TPU_WORKER_HOSTNAMES";
+pub const ENV_TPU_NAME: &str = "TPU_NAME";
+pub const ENV_TPU_ACCELERATOR_TYPE: &str = "TPU_ACCELERATOR_TYPE";
+pub const ENV_TPU_TOPOLOGY: &str = "TPU_TOPOLOGY";
+pub const ENV_MEGASCALE_NUM_SLICES: &str = "MEGASCALE_NUM_SLICES";
+pub const ENV_MEGASCALE_SLICE_ID: &str = "MEGASCALE_SLICE_ID";
+pub const ENV_MEGASCALE_COORDINATOR_ADDRESS: &str = "MEGASCALE_COORDINATOR_ADDRESS";
+pub const ENV_MEGASCALE_PORT: &str = "MEGASCALE_PORT";
+pub const ENV_TPU_PROCESS_ADDRESSES: &str = "TPU_PROCESS_ADDRESSES";
+pub const ENV_TPU_PROCESS_PORT: &str = "TPU_PROCESS_PORT";
+/// Prefix of keys the operator owns: user values under it are dropped, never merged.
+pub const ENV_MEGASCALE_PREFIX: &str = "MEGASCALE_";
+pub const MEGASCALE_PORT: u16 = 8081;
+pub const TPU_PROCESS_PORT: u16 = 8476;
+
+/// Suffix of the per-cluster headless Service (`<cluster>-headless`).
+pub const HEADLESS_SERVICE_SUFFIX: &str = "-headless";
+/// Suffix of the head pod name (`<cluster>-head`).
+pub const HEAD_SUFFIX: &str = "-head";
+
+/// Generated pod names are `<cluster>-<group>-<replica>-<host>`; replica and host indexes get
+/// up to this many digits each, so cluster + group names may use 63 - 3 - 2*4 characters.
+pub const INDEX_DIGITS_RESERVED: usize = 4;
+pub const MAX_CLUSTER_PLUS_GROUP_NAME: usize = 63 - 3 - 2 * INDEX_DIGITS_RESERVED;

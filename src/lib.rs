@@ -1,0 +1,4 @@
+#![forbid(unsafe_code)]
+//! slice-operator: elastic, multi-host TPU training clusters on Kubernetes.
+
+pub mod constants;
