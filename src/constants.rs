@@ -18,6 +18,8 @@ pub const LABEL_EPOCH: &str = "slices.dev/epoch";
 pub const LABEL_GROUP_KEY: &str = "slices.dev/group-key";
 /// The slice (node pool or node) a group was pinned to, if any.
 pub const LABEL_SLICE: &str = "slices.dev/slice";
+/// Incarnation number of a group (also part of `TPU_NAME`).
+pub const LABEL_INCARNATION: &str = "slices.dev/incarnation";
 pub const ROLE_WORKER: &str = "worker";
 pub const ROLE_HEAD: &str = "head";
 
@@ -48,6 +50,15 @@ pub const ENV_MEGASCALE_COORDINATOR_ADDRESS: &str = "MEGASCALE_COORDINATOR_ADDRE
 pub const ENV_MEGASCALE_PORT: &str = "MEGASCALE_PORT";
 pub const ENV_TPU_PROCESS_ADDRESSES: &str = "TPU_PROCESS_ADDRESSES";
 pub const ENV_TPU_PROCESS_PORT: &str = "TPU_PROCESS_PORT";
+/// Keeps JAX from querying the GCE metadata server (it checks only that the key is set).
+pub const ENV_TPU_SKIP_MDS_QUERY: &str = "TPU_SKIP_MDS_QUERY";
+/// User values for these are dropped from TPU worker templates: each would override the
+/// operator's contract inside JAX (process list, coordinator).
+pub const ENV_RESERVED: &[&str] = &[
+    ENV_TPU_PROCESS_ADDRESSES,
+    ENV_TPU_PROCESS_PORT,
+    "JAX_COORDINATOR_ADDRESS",
+];
 /// Prefix of keys the operator owns: user values under it are dropped, never merged.
 pub const ENV_MEGASCALE_PREFIX: &str = "MEGASCALE_";
 pub const MEGASCALE_PORT: u16 = 8081;

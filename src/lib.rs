@@ -1,4 +1,10 @@
 #![forbid(unsafe_code)]
 //! slice-operator: elastic, multi-host TPU training clusters on Kubernetes.
 
+pub mod api;
 pub mod constants;
+pub mod inventory;
+pub mod planner;
+#[doc(hidden)]
+pub mod testing;
+pub mod tpu;

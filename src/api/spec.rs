@@ -1,0 +1,227 @@
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::TrainClusterStatus;
+
+/// A training cluster: an optional head pod plus worker groups made of whole TPU slices.
+///
+/// Each replica of a worker group is one slice (or, without `tpu`, one fixed-size host group)
+/// and is created, replaced and deleted as one unit.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "slices.dev",
+    version = "v1alpha1",
+    kind = "TrainCluster",
+    plural = "trainclusters",
+    shortname = "tc",
+    category = "all",
+    namespaced,
+    status = "TrainClusterStatus",
+    derive = "PartialEq",
+    printcolumn = r#"{"name":"Desired","type":"integer","description":"Slices the elastic policy wants","jsonPath":".status.desiredSlices"}"#,
+    printcolumn = r#"{"name":"Ready","type":"integer","description":"Slices whose every host is ready","jsonPath":".status.readySlices"}"#,
+    printcolumn = r#"{"name":"Available","type":"integer","description":"Whole, ready TPU slices the cluster could use","jsonPath":".status.availableSlices"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Restarts","type":"integer","jsonPath":".status.restarts"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 54").message("metadata.name must be a DNS label (lowercase letters, digits, '-'; starting with a letter) of at most 54 characters, so that '<name>-headless' is a valid Service name"),
+    validation = Rule::new("self.spec.workerGroups.all(g, size(self.metadata.name) + size(g.name) <= 52)").message("metadata.name plus spec.workerGroups[].name must be at most 52 characters together, so that every pod name and hostname '<cluster>-<group>-<replica>-<host>' fits in 63 characters; shorten the cluster or group name")
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.workerGroups.all(g, self.workerGroups.exists_one(h, h.name == g.name))").message("spec.workerGroups[].name must be unique; rename the duplicate group"))]
+pub struct TrainClusterSpec {
+    /// Optional coordinator (e.g. Ray head) pod. Not part of any slice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head: Option<HeadSpec>,
+
+    /// Worker groups; each replica of a group is one whole slice.
+    #[schemars(length(min = 1, max = 16))]
+    pub worker_groups: Vec<WorkerGroupSpec>,
+
+    /// `Multislice`: the slices of a worker group form one multislice job and all restart
+    /// together (new `MEGASCALE_*`) whenever membership changes. `Independent`: each slice is
+    /// its own replica and is replaced alone.
+    #[serde(default)]
+    pub membership: Membership,
+
+    #[serde(default)]
+    pub elastic: ElasticPolicy,
+
+    #[serde(default)]
+    pub failure_policy: FailurePolicy,
+
+    /// Delete every worker and head pod and keep them deleted while true.
+    #[serde(default)]
+    pub suspend: bool,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HeadSpec {
+    #[schemars(schema_with = "pod_template_schema")]
+    pub template: PodTemplateSpec,
+}
+
+/// A set of identical replica groups.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.tpu) != has(self.hostsPerGroup)").message("set exactly one of tpu (TPU slices) or hostsPerGroup (non-TPU multi-host groups)"))]
+pub struct WorkerGroupSpec {
+    /// DNS label, unique within the cluster; part of every pod name.
+    #[schemars(
+        length(min = 1, max = 40),
+        regex(pattern = r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+    )]
+    pub name: String,
+
+    /// The TPU slice each replica occupies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpu: Option<TpuSpec>,
+
+    /// Hosts per replica for groups without `tpu` (e.g. a GPU NVLink domain): such groups get
+    /// the labels and hostnames but no TPU environment and are not elastic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 4096))]
+    pub hosts_per_group: Option<u32>,
+
+    /// Whole slices (replicas) this group may run.
+    pub slices: SliceRange,
+
+    /// Pod template for every host of every replica.
+    #[schemars(schema_with = "pod_template_schema")]
+    pub template: PodTemplateSpec,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TpuSpec {
+    /// GKE accelerator label value (`cloud.google.com/gke-tpu-accelerator`).
+    #[x_kube(validation = Rule::new("self in ['tpu-v4-podslice', 'tpu-v5-lite-podslice', 'tpu-v5p-slice', 'tpu-v6e-slice', 'tpu7x']").message("tpu.accelerator must be one of tpu-v4-podslice, tpu-v5-lite-podslice, tpu-v5p-slice, tpu-v6e-slice, tpu7x"))]
+    pub accelerator: String,
+
+    /// Slice topology (`cloud.google.com/gke-tpu-topology`), e.g. `4x4` or `2x2x4`.
+    #[schemars(regex(pattern = r"^[1-9][0-9]*x[1-9][0-9]*(x[1-9][0-9]*)?$"))]
+    pub topology: String,
+
+    /// Chips per host. Defaults to the containers' `google.com/tpu` request, then to the
+    /// generation's usual value. Needed to tell 1x8-chip from 2x4-chip `2x4` slices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 8))]
+    pub chips_per_host: Option<u32>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.min <= self.max").message("slices.min must not exceed slices.max"))]
+pub struct SliceRange {
+    /// Fewest slices the group runs with; below this it waits (0 allows running with none).
+    #[schemars(range(min = 0, max = 1000))]
+    pub min: u32,
+    /// Most slices the group grows to.
+    #[schemars(range(min = 1, max = 1000))]
+    pub max: u32,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Membership {
+    #[default]
+    Multislice,
+    Independent,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ElasticPolicy {
+    /// Grow at most once per this many seconds (shrinking is immediate).
+    #[serde(default = "default_resize_interval")]
+    #[schemars(range(min = 0, max = 86400))]
+    pub resize_interval_seconds: u32,
+
+    /// If set, the slice count is always one of these (e.g. 1, 2, 4, 8 so the global batch
+    /// divides evenly): the largest that fits is chosen.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub allowed_slice_counts: Vec<u32>,
+
+    /// Size the cluster from whole, ready, free slices seen on Nodes (true), or always ask for
+    /// `max` and let pods wait for a cluster autoscaler to provision slices (false).
+    #[serde(default = "default_true")]
+    pub wait_for_ready_slices: bool,
+}
+
+impl Default for ElasticPolicy {
+    fn default() -> Self {
+        ElasticPolicy {
+            resize_interval_seconds: default_resize_interval(),
+            allowed_slice_counts: Vec::new(),
+            wait_for_ready_slices: true,
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailurePolicy {
+    /// Group failures (a pod failed or a container restarted) tolerated before the cluster
+    /// goes Failed.
+    #[serde(default = "default_max_restarts")]
+    pub max_restarts: u32,
+    /// First backoff between restarts; doubles with each restart.
+    #[serde(default = "default_backoff")]
+    #[schemars(range(min = 0, max = 3600))]
+    pub backoff_seconds: u32,
+    /// Upper bound of the backoff.
+    #[serde(default = "default_max_backoff")]
+    #[schemars(range(min = 0, max = 86400))]
+    pub max_backoff_seconds: u32,
+    /// Preemptions (lost or terminating nodes) tolerated; unlimited when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_preemptions: Option<u32>,
+    /// How long a NotReady node is tolerated before its group counts as lost.
+    #[serde(default = "default_node_grace")]
+    #[schemars(range(min = 0, max = 3600))]
+    pub node_not_ready_grace_seconds: u32,
+}
+
+impl Default for FailurePolicy {
+    fn default() -> Self {
+        FailurePolicy {
+            max_restarts: default_max_restarts(),
+            backoff_seconds: default_backoff(),
+            max_backoff_seconds: default_max_backoff(),
+            max_preemptions: None,
+            node_not_ready_grace_seconds: default_node_grace(),
+        }
+    }
+}
+
+fn default_resize_interval() -> u32 {
+    60
+}
+fn default_true() -> bool {
+    true
+}
+fn default_max_restarts() -> u32 {
+    5
+}
+fn default_backoff() -> u32 {
+    10
+}
+fn default_max_backoff() -> u32 {
+    300
+}
+fn default_node_grace() -> u32 {
+    30
+}
+
+/// Pod templates are kept open in the schema (as KubeRay's worker templates would otherwise
+/// add ~10k lines of schema); the API server still validates the pods the operator creates.
+fn pod_template_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+        "description": "A core/v1 PodTemplateSpec."
+    })
+}

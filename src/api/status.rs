@@ -1,0 +1,104 @@
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The cluster's life cycle, summarised for `kubectl get tc`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Phase {
+    /// Groups are being created or their pods are not all ready yet.
+    #[default]
+    Pending,
+    /// Fewer whole, ready, free slices than `slices.min`.
+    WaitingForSlices,
+    /// Every desired group is complete and ready.
+    Running,
+    /// Groups are being replaced (after a failure, preemption or resize) or backing off.
+    Restarting,
+    /// `spec.suspend` is true.
+    Suspended,
+    /// The restart or preemption budget is spent; terminal until the spec changes.
+    Failed,
+    /// The spec cannot be run; a condition names the field.
+    Invalid,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TrainClusterStatus {
+    #[serde(default)]
+    pub phase: Phase,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Slices the elastic policy wants, over all worker groups.
+    #[serde(default)]
+    pub desired_slices: u32,
+    /// Slices whose every host pod is running and ready.
+    #[serde(default)]
+    pub ready_slices: u32,
+    /// Whole, ready TPU slices this cluster holds or could take.
+    #[serde(default)]
+    pub available_slices: u32,
+    /// Group failures so far (pod failed, container restarted).
+    #[serde(default)]
+    pub restarts: u32,
+    /// Groups lost to node loss or termination notices.
+    #[serde(default)]
+    pub preemptions: u32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<GroupStatus>,
+}
+
+/// Per worker group state; also the planner's memory of its own past decisions.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupStatus {
+    pub name: String,
+    #[serde(default)]
+    pub desired_slices: u32,
+    #[serde(default)]
+    pub ready_slices: u32,
+    #[serde(default)]
+    pub available_slices: u32,
+    /// Multislice membership epoch; every change of membership starts a new one.
+    #[serde(default)]
+    pub epoch: u64,
+    #[serde(default)]
+    pub restarts: u32,
+    #[serde(default)]
+    pub preemptions: u32,
+    /// Replica indexes that currently have pods.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replicas: Vec<u32>,
+    /// Next free incarnation number (names each group incarnation uniquely in `TPU_NAME`).
+    #[serde(default)]
+    pub next_incarnation: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_resize_time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure_time: Option<String>,
+    /// No replacement is created before this time (restart backoff).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_until: Option<String>,
+}
+
+/// A standard Kubernetes condition.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// True, False or Unknown.
+    pub status: String,
+    pub reason: String,
+    #[serde(default)]
+    pub message: String,
+    pub last_transition_time: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+pub const CONDITION_VALID: &str = "SpecValid";
+pub const CONDITION_SLICES_AVAILABLE: &str = "SlicesAvailable";
+pub const CONDITION_READY: &str = "Ready";
+pub const CONDITION_FAILED: &str = "Failed";

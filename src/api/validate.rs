@@ -1,0 +1,236 @@
+//! Operator-side validation: everything the CRD schema and CEL rules cannot check, resolved
+//! into the shapes the planner works with. Each error names the field and the fix.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+
+use super::{TrainCluster, WorkerGroupSpec};
+use crate::constants::{MAX_CLUSTER_PLUS_GROUP_NAME, TPU_RESOURCE};
+use crate::tpu::SliceShape;
+
+/// One problem with a spec: the field path and what to do about it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// A worker group whose slice shape and host count are known.
+#[derive(Clone, Debug)]
+pub struct ResolvedGroup<'a> {
+    pub spec: &'a WorkerGroupSpec,
+    /// None for non-TPU groups (`hostsPerGroup`).
+    pub shape: Option<SliceShape>,
+    pub hosts: u32,
+}
+
+impl ResolvedGroup<'_> {
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+}
+
+/// Resolve every worker group, or return every problem found (not just the first).
+pub fn resolve(tc: &TrainCluster) -> Result<Vec<ResolvedGroup<'_>>, Vec<FieldError>> {
+    let mut errors = Vec::new();
+    let name = tc.metadata.name.as_deref().unwrap_or_default();
+    let spec = &tc.spec;
+    if !is_dns_label(name) || name.len() > 54 {
+        errors.push(FieldError {
+            field: "metadata.name".into(),
+            message: format!(
+                "{name:?} must be a DNS label of at most 54 characters (lowercase letters, digits and '-', starting with a letter); rename the TrainCluster"
+            ),
+        });
+    }
+    if spec.worker_groups.is_empty() {
+        errors.push(FieldError {
+            field: "spec.workerGroups".into(),
+            message:
+                "at least one worker group is required; add one with name, tpu, slices and template"
+                    .into(),
+        });
+    }
+    let mut seen = BTreeSet::new();
+    let mut groups = Vec::new();
+    for (i, group) in spec.worker_groups.iter().enumerate() {
+        let at = format!("spec.workerGroups[{i}]");
+        if !seen.insert(group.name.as_str()) {
+            errors.push(FieldError {
+                field: format!("{at}.name"),
+                message: format!(
+                    "{:?} is used by another group; give each group a unique name",
+                    group.name
+                ),
+            });
+        }
+        if !is_dns_label(&group.name) {
+            errors.push(FieldError {
+                field: format!("{at}.name"),
+                message: format!("{:?} must be a DNS label (lowercase letters, digits and '-', starting with a letter)", group.name),
+            });
+        }
+        if name.len() + group.name.len() > MAX_CLUSTER_PLUS_GROUP_NAME {
+            errors.push(FieldError {
+                field: format!("{at}.name"),
+                message: format!(
+                    "cluster name + group name is {} characters; at most {MAX_CLUSTER_PLUS_GROUP_NAME} fit in a 63-character pod hostname '<cluster>-<group>-<replica>-<host>'; shorten either name",
+                    name.len() + group.name.len()
+                ),
+            });
+        }
+        if group.slices.max < 1 {
+            errors.push(FieldError {
+                field: format!("{at}.slices.max"),
+                message: "must be at least 1".into(),
+            });
+        }
+        if group.slices.min > group.slices.max {
+            errors.push(FieldError {
+                field: format!("{at}.slices.min"),
+                message: format!(
+                    "min ({}) exceeds max ({}); lower min or raise max",
+                    group.slices.min, group.slices.max
+                ),
+            });
+        }
+        let allowed = &spec.elastic.allowed_slice_counts;
+        let lowest = group.slices.min.max(1);
+        if !allowed.is_empty()
+            && !allowed
+                .iter()
+                .any(|n| (lowest..=group.slices.max).contains(n))
+        {
+            errors.push(FieldError {
+                field: "spec.elastic.allowedSliceCounts".into(),
+                message: format!(
+                    "none of {allowed:?} lies within group {:?}'s slices [{lowest}, {}]; add a count in that range",
+                    group.name, group.slices.max
+                ),
+            });
+        }
+        if group
+            .template
+            .spec
+            .as_ref()
+            .is_none_or(|s| s.containers.is_empty())
+        {
+            errors.push(FieldError {
+                field: format!("{at}.template.spec.containers"),
+                message: "the pod template needs at least one container".into(),
+            });
+        }
+        match (&group.tpu, group.hosts_per_group) {
+            (Some(tpu), None) => {
+                let requested = match tpu_request(&group.template) {
+                    Ok(r) => r,
+                    Err(message) => {
+                        errors.push(FieldError {
+                            field: format!("{at}.template.spec.containers"),
+                            message,
+                        });
+                        None
+                    }
+                };
+                let chips = match (tpu.chips_per_host, requested) {
+                    (Some(explicit), Some(req)) if explicit != req => {
+                        errors.push(FieldError {
+                            field: format!("{at}.tpu.chipsPerHost"),
+                            message: format!(
+                                "{explicit} disagrees with the containers' {TPU_RESOURCE} request of {req}; make them equal or drop chipsPerHost"
+                            ),
+                        });
+                        None
+                    }
+                    (explicit, req) => explicit.or(req),
+                };
+                match SliceShape::resolve(&tpu.accelerator, &tpu.topology, chips) {
+                    Ok(shape) => groups.push(ResolvedGroup {
+                        spec: group,
+                        hosts: shape.hosts,
+                        shape: Some(shape),
+                    }),
+                    Err(e) => errors.push(FieldError {
+                        field: format!("{at}.tpu"),
+                        message: e.to_string(),
+                    }),
+                }
+            }
+            (None, Some(hosts)) if hosts >= 1 => groups.push(ResolvedGroup {
+                spec: group,
+                shape: None,
+                hosts,
+            }),
+            (None, Some(_)) => errors.push(FieldError {
+                field: format!("{at}.hostsPerGroup"),
+                message: "must be at least 1".into(),
+            }),
+            _ => errors.push(FieldError {
+                field: format!("{at}"),
+                message: "set exactly one of tpu (TPU slices) or hostsPerGroup (non-TPU groups)"
+                    .into(),
+            }),
+        }
+    }
+    if errors.is_empty() {
+        Ok(groups)
+    } else {
+        Err(errors)
+    }
+}
+
+/// Chips per host requested by the template: the `google.com/tpu` limit (or request) of its
+/// containers. Containers requesting different amounts are an error.
+fn tpu_request(template: &PodTemplateSpec) -> Result<Option<u32>, String> {
+    let mut found: Option<u32> = None;
+    for c in template.spec.iter().flat_map(|s| s.containers.iter()) {
+        let Some(resources) = c.resources.as_ref() else {
+            continue;
+        };
+        let q = resources
+            .limits
+            .as_ref()
+            .and_then(|l| l.get(TPU_RESOURCE))
+            .or_else(|| {
+                resources
+                    .requests
+                    .as_ref()
+                    .and_then(|r| r.get(TPU_RESOURCE))
+            });
+        let Some(q) = q else { continue };
+        let n: u32 = q.0.parse().map_err(|_| {
+            format!(
+                "container {:?} requests {TPU_RESOURCE}: {:?}, which is not a whole number of chips",
+                c.name, q.0
+            )
+        })?;
+        match found {
+            Some(prev) if prev != n => {
+                return Err(format!(
+                    "containers request different {TPU_RESOURCE} amounts ({prev} and {n}); one container should hold the host's chips"
+                ));
+            }
+            _ => found = Some(n),
+        }
+    }
+    Ok(found)
+}
+
+fn is_dns_label(s: &str) -> bool {
+    let bytes = s.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes[0].is_ascii_lowercase()
+        && bytes[bytes.len() - 1] != b'-'
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+}

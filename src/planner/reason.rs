@@ -1,0 +1,110 @@
+//! Why a group is deleted, and how that counts against the failure budget.
+
+use std::fmt;
+
+/// How a deletion counts: against the restart budget, as a preemption, or not at all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DisruptionKind {
+    /// The workload failed: counts as a restart, with backoff.
+    Failure,
+    /// The infrastructure took the slice away: counts as a preemption.
+    Preemption,
+    /// The operator's own decision (resize, epoch change, repair of an inconsistent group).
+    Maintenance,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeleteReason {
+    MemberFailed { pod: String },
+    MemberExited { pod: String },
+    ContainerRestarted { pod: String, container: String },
+    MemberDeleted { pod: String },
+    NodeLost { pod: String, detail: String },
+    Incomplete { present: u32, expected: u32 },
+    DuplicateHostIndex { host: u32 },
+    BadHostIndex { pod: String },
+    MixedEpochs,
+    EpochChanged { epoch: u64 },
+    ScaledDown { target: u32 },
+    NotEnoughSlices,
+    Suspended,
+    BudgetExhausted,
+    UnknownGroup { group: String },
+    BadReplicaIndex,
+}
+
+impl DeleteReason {
+    pub fn kind(&self) -> DisruptionKind {
+        match self {
+            DeleteReason::MemberFailed { .. }
+            | DeleteReason::MemberExited { .. }
+            | DeleteReason::ContainerRestarted { .. } => DisruptionKind::Failure,
+            DeleteReason::NodeLost { .. } | DeleteReason::MemberDeleted { .. } => {
+                DisruptionKind::Preemption
+            }
+            _ => DisruptionKind::Maintenance,
+        }
+    }
+
+    /// A CamelCase reason for events and the `reason` metric label.
+    pub fn code(&self) -> &'static str {
+        match self {
+            DeleteReason::MemberFailed { .. } => "MemberFailed",
+            DeleteReason::MemberExited { .. } => "MemberExited",
+            DeleteReason::ContainerRestarted { .. } => "ContainerRestarted",
+            DeleteReason::MemberDeleted { .. } => "MemberDeleted",
+            DeleteReason::NodeLost { .. } => "NodeLost",
+            DeleteReason::Incomplete { .. } => "Incomplete",
+            DeleteReason::DuplicateHostIndex { .. } => "DuplicateHostIndex",
+            DeleteReason::BadHostIndex { .. } => "BadHostIndex",
+            DeleteReason::MixedEpochs => "MixedEpochs",
+            DeleteReason::EpochChanged { .. } => "EpochChanged",
+            DeleteReason::ScaledDown { .. } => "ScaledDown",
+            DeleteReason::NotEnoughSlices => "NotEnoughSlices",
+            DeleteReason::Suspended => "Suspended",
+            DeleteReason::BudgetExhausted => "BudgetExhausted",
+            DeleteReason::UnknownGroup { .. } => "UnknownGroup",
+            DeleteReason::BadReplicaIndex => "BadReplicaIndex",
+        }
+    }
+}
+
+impl fmt::Display for DeleteReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeleteReason::MemberFailed { pod } => write!(f, "pod {pod} failed"),
+            DeleteReason::MemberExited { pod } => write!(f, "pod {pod} exited"),
+            DeleteReason::ContainerRestarted { pod, container } => {
+                write!(f, "container {container} of pod {pod} restarted")
+            }
+            DeleteReason::MemberDeleted { pod } => write!(f, "pod {pod} was deleted"),
+            DeleteReason::NodeLost { pod, detail } => {
+                write!(f, "pod {pod} lost its node: {detail}")
+            }
+            DeleteReason::Incomplete { present, expected } => {
+                write!(f, "incomplete: {present} of {expected} hosts present")
+            }
+            DeleteReason::DuplicateHostIndex { host } => {
+                write!(f, "host index {host} appears twice")
+            }
+            DeleteReason::BadHostIndex { pod } => {
+                write!(f, "pod {pod} has a missing or out-of-range host index")
+            }
+            DeleteReason::MixedEpochs => write!(f, "members carry different epochs"),
+            DeleteReason::EpochChanged { epoch } => {
+                write!(
+                    f,
+                    "multislice membership changed; restarting as epoch {epoch}"
+                )
+            }
+            DeleteReason::ScaledDown { target } => write!(f, "scaled down to {target} slices"),
+            DeleteReason::NotEnoughSlices => write!(f, "fewer whole, ready slices than slices.min"),
+            DeleteReason::Suspended => write!(f, "spec.suspend is true"),
+            DeleteReason::BudgetExhausted => write!(f, "the failure budget is spent"),
+            DeleteReason::UnknownGroup { group } => {
+                write!(f, "worker group {group:?} is no longer in the spec")
+            }
+            DeleteReason::BadReplicaIndex => write!(f, "missing or malformed replica index label"),
+        }
+    }
+}

@@ -1,0 +1,358 @@
+//! Rendering of the pods and Service the operator owns, including the worker env contract.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, EnvVar, Pod, PodAffinity, PodAffinityTerm, PodAntiAffinity, PodSpec, Service,
+    ServicePort, ServiceSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference,
+};
+use kube::Resource;
+
+use crate::api::{Membership, TrainCluster, validate::ResolvedGroup};
+use crate::constants::*;
+
+/// Where a new group goes and which job it belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupPlacement {
+    pub replica: u32,
+    pub epoch: u64,
+    pub incarnation: u64,
+    /// Slices in this group's multislice job (its `MEGASCALE_NUM_SLICES`).
+    pub slices_in_job: u32,
+    /// The slice to pin to, or None for exclusive affinity (autoscaler provisions a slice).
+    pub slice: Option<PinnedSlice>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PinnedSlice {
+    pub id: String,
+    pub single_host: bool,
+}
+
+pub fn headless_service_name(cluster: &str) -> String {
+    format!("{cluster}{HEADLESS_SERVICE_SUFFIX}")
+}
+
+pub fn head_pod_name(cluster: &str) -> String {
+    format!("{cluster}{HEAD_SUFFIX}")
+}
+
+pub fn worker_pod_name(cluster: &str, group: &str, replica: u32, host: u32) -> String {
+    format!("{cluster}-{group}-{replica}-{host}")
+}
+
+/// Fully qualified (within the namespace) hostname of a worker pod.
+pub fn worker_hostname(cluster: &str, group: &str, replica: u32, host: u32) -> String {
+    format!(
+        "{}.{}",
+        worker_pod_name(cluster, group, replica, host),
+        headless_service_name(cluster)
+    )
+}
+
+/// A short, stable key naming one group incarnation (exclusive placement selector).
+pub fn group_key(
+    namespace: &str,
+    cluster: &str,
+    group: &str,
+    replica: u32,
+    incarnation: u64,
+) -> String {
+    // FNV-1a: stable across releases and platforms, unlike std's hasher.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in [
+        namespace,
+        cluster,
+        group,
+        &replica.to_string(),
+        &incarnation.to_string(),
+    ] {
+        for b in part.bytes().chain(std::iter::once(0)) {
+            hash ^= u64::from(b);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    format!("{hash:016x}")
+}
+
+pub fn owner_reference(tc: &TrainCluster) -> OwnerReference {
+    OwnerReference {
+        api_version: TrainCluster::api_version(&()).into_owned(),
+        kind: TrainCluster::kind(&()).into_owned(),
+        name: tc.metadata.name.clone().unwrap_or_default(),
+        uid: tc.metadata.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+fn base_labels(cluster: &str, role: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_CLUSTER.to_string(), cluster.to_string()),
+        (LABEL_ROLE.to_string(), role.to_string()),
+        (LABEL_APP_NAME.to_string(), APP_NAME.to_string()),
+        (LABEL_APP_INSTANCE.to_string(), cluster.to_string()),
+        (LABEL_APP_COMPONENT.to_string(), role.to_string()),
+        (LABEL_APP_MANAGED_BY.to_string(), OPERATOR_NAME.to_string()),
+    ])
+}
+
+/// The per-cluster headless Service giving every pod a stable DNS name.
+pub fn headless_service(tc: &TrainCluster) -> Service {
+    let cluster = tc.metadata.name.clone().unwrap_or_default();
+    Service {
+        metadata: ObjectMeta {
+            name: Some(headless_service_name(&cluster)),
+            namespace: tc.metadata.namespace.clone(),
+            labels: Some(base_labels(&cluster, "service")),
+            owner_references: Some(vec![owner_reference(tc)]),
+            ..Default::default()
+        },
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            // Hostnames must resolve before pods are ready: JAX and libtpu dial peers at start.
+            publish_not_ready_addresses: Some(true),
+            selector: Some(BTreeMap::from([(
+                LABEL_CLUSTER.to_string(),
+                cluster.clone(),
+            )])),
+            ports: Some(vec![ServicePort {
+                name: Some("megascale".into()),
+                port: i32::from(MEGASCALE_PORT),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+pub fn head_pod(tc: &TrainCluster) -> Option<Pod> {
+    let head = tc.spec.head.as_ref()?;
+    let cluster = tc.metadata.name.clone().unwrap_or_default();
+    let name = head_pod_name(&cluster);
+    let mut meta = head.template.metadata.clone().unwrap_or_default();
+    let mut labels = meta.labels.take().unwrap_or_default();
+    labels.extend(base_labels(&cluster, ROLE_HEAD));
+    let mut spec = head.template.spec.clone().unwrap_or_default();
+    spec.hostname = Some(name.clone());
+    spec.subdomain = Some(headless_service_name(&cluster));
+    Some(Pod {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: tc.metadata.namespace.clone(),
+            labels: Some(labels),
+            annotations: meta.annotations,
+            owner_references: Some(vec![owner_reference(tc)]),
+            ..Default::default()
+        },
+        spec: Some(spec),
+        status: None,
+    })
+}
+
+/// Render every host pod of one replica group.
+pub fn group_pods(
+    tc: &TrainCluster,
+    group: &ResolvedGroup<'_>,
+    placement: &GroupPlacement,
+) -> Vec<Pod> {
+    (0..group.hosts)
+        .map(|host| worker_pod(tc, group, placement, host))
+        .collect()
+}
+
+pub fn worker_pod(
+    tc: &TrainCluster,
+    group: &ResolvedGroup<'_>,
+    placement: &GroupPlacement,
+    host: u32,
+) -> Pod {
+    let cluster = tc.metadata.name.as_deref().unwrap_or_default();
+    let namespace = tc.metadata.namespace.as_deref().unwrap_or_default();
+    let gname = group.name();
+    let replica = placement.replica;
+    let name = worker_pod_name(cluster, gname, replica, host);
+    let key = group_key(namespace, cluster, gname, replica, placement.incarnation);
+
+    let template = &group.spec.template;
+    let mut meta = template.metadata.clone().unwrap_or_default();
+    let mut labels = meta.labels.take().unwrap_or_default();
+    labels.extend(base_labels(cluster, ROLE_WORKER));
+    labels.insert(LABEL_GROUP.into(), gname.into());
+    labels.insert(LABEL_REPLICA_INDEX.into(), replica.to_string());
+    labels.insert(LABEL_HOST_INDEX.into(), host.to_string());
+    labels.insert(LABEL_EPOCH.into(), placement.epoch.to_string());
+    labels.insert(LABEL_GROUP_KEY.into(), key.clone());
+    labels.insert(LABEL_INCARNATION.into(), placement.incarnation.to_string());
+    if let Some(slice) = &placement.slice {
+        labels.insert(LABEL_SLICE.into(), slice.id.clone());
+    }
+
+    let mut spec: PodSpec = template.spec.clone().unwrap_or_default();
+    spec.hostname = Some(name.clone());
+    spec.subdomain = Some(headless_service_name(cluster));
+    if let Some(shape) = &group.shape {
+        let selector = spec.node_selector.get_or_insert_with(BTreeMap::new);
+        selector.insert(
+            NODE_LABEL_ACCELERATOR.into(),
+            shape.generation.accelerator_label().into(),
+        );
+        selector.insert(NODE_LABEL_TOPOLOGY.into(), shape.topology.to_string());
+        match &placement.slice {
+            Some(PinnedSlice {
+                id,
+                single_host: false,
+            }) => {
+                selector.insert(NODE_LABEL_NODEPOOL.into(), id.clone());
+            }
+            Some(PinnedSlice {
+                id,
+                single_host: true,
+            }) => {
+                selector.insert("kubernetes.io/hostname".into(), id.clone());
+            }
+            None if shape.is_multi_host() => add_exclusive_affinity(&mut spec, &key),
+            None => {}
+        }
+        let env = tpu_env(tc, group, placement, host);
+        for container in &mut spec.containers {
+            set_operator_env(container.env.get_or_insert_with(Vec::new), &env);
+        }
+    }
+
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: Some(namespace.to_string()),
+            labels: Some(labels),
+            annotations: meta.annotations,
+            owner_references: Some(vec![owner_reference(tc)]),
+            ..Default::default()
+        },
+        spec: Some(spec),
+        status: None,
+    }
+}
+
+/// The env contract of one TPU worker (see docs/env-contract.md).
+pub fn tpu_env(
+    tc: &TrainCluster,
+    group: &ResolvedGroup<'_>,
+    placement: &GroupPlacement,
+    host: u32,
+) -> Vec<(&'static str, String)> {
+    let Some(shape) = &group.shape else {
+        return Vec::new();
+    };
+    let cluster = tc.metadata.name.as_deref().unwrap_or_default();
+    let gname = group.name();
+    let replica = placement.replica;
+    let hostnames: Vec<String> = (0..group.hosts)
+        .map(|h| worker_hostname(cluster, gname, replica, h))
+        .collect();
+    let mut env = vec![
+        (ENV_TPU_WORKER_ID, host.to_string()),
+        (ENV_TPU_WORKER_HOSTNAMES, hostnames.join(",")),
+        (
+            ENV_TPU_NAME,
+            format!("{cluster}-{gname}-{replica}-{}", placement.incarnation),
+        ),
+        (ENV_TPU_ACCELERATOR_TYPE, shape.pod_type()),
+        (ENV_TPU_TOPOLOGY, shape.topology.to_string()),
+    ];
+    // Independent replicas are one-slice jobs of their own. MEGASCALE_* is always set:
+    // when unset, JAX asks the GCE metadata server instead (see docs/env-contract.md).
+    let (slices, slice_id, coordinator) = match tc.spec.membership {
+        Membership::Multislice => (
+            placement.slices_in_job,
+            replica,
+            worker_hostname(cluster, gname, 0, 0),
+        ),
+        Membership::Independent => (1, 0, worker_hostname(cluster, gname, replica, 0)),
+    };
+    env.extend([
+        (ENV_MEGASCALE_NUM_SLICES, slices.to_string()),
+        (ENV_MEGASCALE_SLICE_ID, slice_id.to_string()),
+        (ENV_MEGASCALE_COORDINATOR_ADDRESS, coordinator),
+        (ENV_MEGASCALE_PORT, MEGASCALE_PORT.to_string()),
+        (ENV_TPU_SKIP_MDS_QUERY, "true".to_string()),
+    ]);
+    if shape.generation.uses_process_addresses() {
+        let addresses: Vec<String> = hostnames
+            .iter()
+            .map(|h| format!("{h}:{TPU_PROCESS_PORT}"))
+            .collect();
+        env.push((ENV_TPU_PROCESS_ADDRESSES, addresses.join(",")));
+        env.push((ENV_TPU_PROCESS_PORT, TPU_PROCESS_PORT.to_string()));
+    }
+    env
+}
+
+/// The operator is the authority for the contract's keys: drop any value the user (or a
+/// webhook-shaped template) set for them, every `MEGASCALE_*` key and the keys that would
+/// steer JAX elsewhere ([`ENV_RESERVED`]), then append ours.
+/// Other user env is kept in order.
+pub fn set_operator_env(env: &mut Vec<EnvVar>, ours: &[(&'static str, String)]) {
+    env.retain(|e| {
+        !e.name.starts_with(ENV_MEGASCALE_PREFIX)
+            && !ENV_RESERVED.contains(&e.name.as_str())
+            && !ours.iter().any(|(k, _)| *k == e.name)
+    });
+    env.extend(ours.iter().map(|(k, v)| EnvVar {
+        name: (*k).to_string(),
+        value: Some(v.clone()),
+        value_from: None,
+    }));
+}
+
+/// Keep all hosts of a group on one node pool, and other groups off it, so a cluster
+/// autoscaler provisions one whole slice per group.
+fn add_exclusive_affinity(spec: &mut PodSpec, key: &str) {
+    let same = PodAffinityTerm {
+        label_selector: Some(LabelSelector {
+            match_labels: Some(BTreeMap::from([(
+                LABEL_GROUP_KEY.to_string(),
+                key.to_string(),
+            )])),
+            ..Default::default()
+        }),
+        topology_key: NODE_LABEL_NODEPOOL.into(),
+        ..Default::default()
+    };
+    let others = PodAffinityTerm {
+        label_selector: Some(LabelSelector {
+            match_expressions: Some(vec![
+                LabelSelectorRequirement {
+                    key: LABEL_GROUP_KEY.into(),
+                    operator: "Exists".into(),
+                    values: None,
+                },
+                LabelSelectorRequirement {
+                    key: LABEL_GROUP_KEY.into(),
+                    operator: "NotIn".into(),
+                    values: Some(vec![key.to_string()]),
+                },
+            ]),
+            ..Default::default()
+        }),
+        topology_key: NODE_LABEL_NODEPOOL.into(),
+        ..Default::default()
+    };
+    let affinity = spec.affinity.get_or_insert_with(Affinity::default);
+    affinity
+        .pod_affinity
+        .get_or_insert_with(PodAffinity::default)
+        .required_during_scheduling_ignored_during_execution
+        .get_or_insert_with(Vec::new)
+        .push(same);
+    affinity
+        .pod_anti_affinity
+        .get_or_insert_with(PodAntiAffinity::default)
+        .required_during_scheduling_ignored_during_execution
+        .get_or_insert_with(Vec::new)
+        .push(others);
+}

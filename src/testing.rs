@@ -1,0 +1,362 @@
+//! Builders for Nodes, Pods and TrainClusters used by tests, property tests, benchmarks and
+//! the simulator. Not part of the operator's behaviour.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{
+    Container, ContainerStatus, Node, NodeCondition, NodeSpec, NodeStatus, Pod, PodCondition,
+    PodSpec, PodStatus, PodTemplateSpec, ResourceRequirements, Taint,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+use crate::api::*;
+use crate::constants::*;
+use crate::inventory::Inventory;
+use crate::planner::{Plan, PlanInput, plan};
+
+/// One Ready TPU node of a node pool.
+pub fn tpu_node(pool: &str, host: u32, accelerator: &str, topology: &str, chips: u32) -> Node {
+    let name = format!("{pool}-{host}");
+    Node {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            labels: Some(BTreeMap::from([
+                (NODE_LABEL_ACCELERATOR.to_string(), accelerator.to_string()),
+                (NODE_LABEL_TOPOLOGY.to_string(), topology.to_string()),
+                (NODE_LABEL_NODEPOOL.to_string(), pool.to_string()),
+                ("kubernetes.io/hostname".to_string(), name),
+            ])),
+            ..Default::default()
+        },
+        spec: Some(NodeSpec::default()),
+        status: Some(NodeStatus {
+            allocatable: Some(BTreeMap::from([(
+                TPU_RESOURCE.to_string(),
+                Quantity(chips.to_string()),
+            )])),
+            capacity: Some(BTreeMap::from([(
+                TPU_RESOURCE.to_string(),
+                Quantity(chips.to_string()),
+            )])),
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+    }
+}
+
+/// All nodes of one slice (node pool) of `hosts` hosts.
+pub fn node_pool(
+    pool: &str,
+    accelerator: &str,
+    topology: &str,
+    chips: u32,
+    hosts: u32,
+) -> Vec<Node> {
+    (0..hosts)
+        .map(|h| tpu_node(pool, h, accelerator, topology, chips))
+        .collect()
+}
+
+/// `count` v6e 4x4 pools named `pool-0..`.
+pub fn v6e_pools(count: u32) -> Vec<Node> {
+    (0..count)
+        .flat_map(|i| node_pool(&format!("pool-{i}"), "tpu-v6e-slice", "4x4", 4, 4))
+        .collect()
+}
+
+pub fn set_not_ready(node: &mut Node, since: Timestamp) {
+    let status = node.status.get_or_insert_with(Default::default);
+    status.conditions = Some(vec![NodeCondition {
+        type_: "Ready".into(),
+        status: "False".into(),
+        last_transition_time: Some(Time(since)),
+        ..Default::default()
+    }]);
+}
+
+pub fn add_taint(node: &mut Node, key: &str) {
+    let spec = node.spec.get_or_insert_with(Default::default);
+    spec.taints.get_or_insert_with(Vec::new).push(Taint {
+        key: key.into(),
+        effect: "NoSchedule".into(),
+        ..Default::default()
+    });
+}
+
+/// A v6e TrainCluster `demo` in `default` with one group `workers` of 4x4 slices.
+pub fn train_cluster(membership: Membership, min: u32, max: u32) -> TrainCluster {
+    let mut tc = TrainCluster::new(
+        "demo",
+        TrainClusterSpec {
+            head: None,
+            worker_groups: vec![tpu_group("workers", "tpu-v6e-slice", "4x4", 4, min, max)],
+            membership,
+            elastic: ElasticPolicy::default(),
+            failure_policy: FailurePolicy::default(),
+            suspend: false,
+        },
+    );
+    tc.metadata.namespace = Some("default".into());
+    tc.metadata.uid = Some("uid-demo".into());
+    tc.metadata.generation = Some(1);
+    tc
+}
+
+pub fn tpu_group(
+    name: &str,
+    accelerator: &str,
+    topology: &str,
+    chips: u32,
+    min: u32,
+    max: u32,
+) -> WorkerGroupSpec {
+    WorkerGroupSpec {
+        name: name.into(),
+        tpu: Some(TpuSpec {
+            accelerator: accelerator.into(),
+            topology: topology.into(),
+            chips_per_host: None,
+        }),
+        hosts_per_group: None,
+        slices: SliceRange { min, max },
+        template: worker_template(chips),
+    }
+}
+
+pub fn worker_template(chips: u32) -> PodTemplateSpec {
+    PodTemplateSpec {
+        metadata: None,
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "main".into(),
+                image: Some("python:3.11".into()),
+                resources: Some(ResourceRequirements {
+                    limits: Some(BTreeMap::from([(
+                        TPU_RESOURCE.to_string(),
+                        Quantity(chips.to_string()),
+                    )])),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+    }
+}
+
+/// Mark a created pod as bound to `node` and Running/Ready, as a kubelet would.
+pub fn run_on(mut pod: Pod, node: &str) -> Pod {
+    pod.metadata.uid = Some(format!(
+        "uid-{}",
+        pod.metadata.name.as_deref().unwrap_or_default()
+    ));
+    pod.spec.get_or_insert_with(Default::default).node_name = Some(node.into());
+    pod.status = Some(PodStatus {
+        phase: Some("Running".into()),
+        conditions: Some(vec![PodCondition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            ..Default::default()
+        }]),
+        container_statuses: Some(vec![ContainerStatus {
+            name: "main".into(),
+            ready: true,
+            restart_count: 0,
+            ..Default::default()
+        }]),
+        ..Default::default()
+    });
+    pod
+}
+
+pub fn crash_container(pod: &mut Pod) {
+    let status = pod.status.get_or_insert_with(Default::default);
+    for c in status.container_statuses.get_or_insert_with(Vec::new) {
+        c.restart_count += 1;
+    }
+}
+
+pub fn fail_pod(pod: &mut Pod) {
+    pod.status.get_or_insert_with(Default::default).phase = Some("Failed".into());
+}
+
+pub fn at(secs: i64) -> Timestamp {
+    Timestamp::from_second(1_800_000_000 + secs).expect("valid time")
+}
+
+/// A tiny in-memory cluster for driving the planner through scenarios: it applies plans the
+/// way the reconciler would (deletes first, then creates) and binds pods like a scheduler.
+#[derive(Clone, Debug)]
+pub struct World {
+    pub cluster: TrainCluster,
+    pub nodes: Vec<Arc<Node>>,
+    pub pods: Vec<Arc<Pod>>,
+    pub now: Timestamp,
+}
+
+impl World {
+    pub fn new(cluster: TrainCluster, nodes: Vec<Node>) -> World {
+        World {
+            cluster,
+            nodes: nodes.into_iter().map(Arc::new).collect(),
+            pods: Vec::new(),
+            now: at(0),
+        }
+    }
+
+    pub fn inventory(&self) -> Inventory {
+        Inventory::build(&self.nodes, &self.pods)
+    }
+
+    pub fn plan(&self) -> Plan {
+        let inventory = self.inventory();
+        plan(&PlanInput {
+            cluster: &self.cluster,
+            pods: &self.pods,
+            inventory: &inventory,
+            now: self.now,
+        })
+    }
+
+    /// Plan, apply, and schedule; returns the plan applied.
+    pub fn step(&mut self) -> Plan {
+        let plan = self.plan();
+        self.apply(&plan);
+        plan
+    }
+
+    pub fn apply(&mut self, plan: &Plan) {
+        for delete in &plan.delete {
+            self.pods.retain(|p| {
+                !delete
+                    .pods
+                    .iter()
+                    .any(|d| Some(&d.name) == p.metadata.name.as_ref())
+            });
+        }
+        for create in &plan.create {
+            for pod in &create.pods {
+                let node = self.pick_node(pod);
+                let pod = match node {
+                    Some(node) => run_on(pod.clone(), &node),
+                    None => {
+                        let mut p = pod.clone();
+                        p.metadata.uid = Some(format!(
+                            "uid-{}",
+                            p.metadata.name.as_deref().unwrap_or_default()
+                        ));
+                        p
+                    }
+                };
+                self.pods.push(Arc::new(pod));
+            }
+        }
+        self.cluster.status = Some(plan.status.clone());
+    }
+
+    /// Run until the plan is a no-op (at most `limit` steps), advancing time 1 s per step.
+    pub fn settle(&mut self, limit: usize) -> usize {
+        for i in 0..limit {
+            let plan = self.step();
+            self.now = self.now + jiff::SignedDuration::from_secs(1);
+            if plan.is_noop() {
+                return i;
+            }
+        }
+        limit
+    }
+
+    fn pick_node(&self, pod: &Pod) -> Option<String> {
+        let selector = pod.spec.as_ref()?.node_selector.as_ref()?;
+        self.nodes
+            .iter()
+            .filter(|n| {
+                let labels = n.metadata.labels.as_ref();
+                selector
+                    .iter()
+                    .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+            })
+            .filter(|n| crate::inventory::node_health(n) == crate::inventory::NodeHealth::Ready)
+            .map(|n| n.metadata.name.clone().unwrap_or_default())
+            .find(|name| {
+                !self
+                    .pods
+                    .iter()
+                    .any(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()) == Some(name))
+            })
+    }
+
+    pub fn worker_pods(&self) -> Vec<&Pod> {
+        self.pods.iter().map(Arc::as_ref).collect()
+    }
+
+    pub fn pod_mut(&mut self, name: &str) -> &mut Pod {
+        let pod = self
+            .pods
+            .iter_mut()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+            .unwrap_or_else(|| panic!("no pod {name}"));
+        Arc::make_mut(pod)
+    }
+
+    pub fn node_mut(&mut self, name: &str) -> &mut Node {
+        let node = self
+            .nodes
+            .iter_mut()
+            .find(|n| n.metadata.name.as_deref() == Some(name))
+            .unwrap_or_else(|| panic!("no node {name}"));
+        Arc::make_mut(node)
+    }
+
+    pub fn remove_pool(&mut self, pool: &str) {
+        self.nodes.retain(|n| {
+            n.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(NODE_LABEL_NODEPOOL))
+                .map(String::as_str)
+                != Some(pool)
+        });
+        // PodGC: pods bound to nodes that no longer exist go too.
+        let names: Vec<String> = self
+            .nodes
+            .iter()
+            .filter_map(|n| n.metadata.name.clone())
+            .collect();
+        self.pods.retain(
+            |p| match p.spec.as_ref().and_then(|s| s.node_name.as_ref()) {
+                Some(n) => names.contains(n),
+                None => true,
+            },
+        );
+    }
+
+    pub fn status(&self) -> TrainClusterStatus {
+        self.cluster.status.clone().unwrap_or_default()
+    }
+
+    /// (replica, host) -> pod env value.
+    pub fn env_of(pod: &Pod, key: &str) -> Option<String> {
+        pod.spec
+            .as_ref()?
+            .containers
+            .first()?
+            .env
+            .as_ref()?
+            .iter()
+            .find(|e| e.name == key)?
+            .value
+            .clone()
+    }
+
+    pub fn label_of(pod: &Pod, key: &str) -> Option<String> {
+        pod.metadata.labels.as_ref()?.get(key).cloned()
+    }
+}
