@@ -356,3 +356,26 @@ fn add_exclusive_affinity(spec: &mut PodSpec, key: &str) {
         .get_or_insert_with(Vec::new)
         .push(others);
 }
+
+/// Every worker pod of `slices` slices of each worker group, as the planner would create
+/// them on a fresh cluster (pinned to no slice). For previews and the env contract tests.
+pub fn preview_pods(
+    tc: &TrainCluster,
+    slices: u32,
+) -> Result<Vec<Pod>, Vec<crate::api::validate::FieldError>> {
+    let groups = crate::api::validate::resolve(tc)?;
+    let mut pods = Vec::new();
+    for group in &groups {
+        for replica in 0..slices {
+            let placement = GroupPlacement {
+                replica,
+                epoch: 1,
+                incarnation: u64::from(replica),
+                slices_in_job: slices,
+                slice: None,
+            };
+            pods.extend(group_pods(tc, group, &placement));
+        }
+    }
+    Ok(pods)
+}
