@@ -184,6 +184,10 @@ def _fake_render(yaml_path: Path, slices: int) -> list:
                     "MEGASCALE_SLICE_ID": str(r),
                     "MEGASCALE_COORDINATOR_ADDRESS": coordinator,
                     "MEGASCALE_PORT": "8081",
+                    # Contract ADDITION required by JAX (see docs/env-contract.md): without it
+                    # GceTpuCluster.is_env_present(), which JAX checks BEFORE GkeTpuCluster,
+                    # queries the GCE metadata server for 'agent-worker-number'.
+                    "TPU_SKIP_MDS_QUERY": "true",
                 }
                 pods.append(
                     {
@@ -322,7 +326,15 @@ def jax_detect(env: dict[str, str], known_hosts: set[str], mp: pytest.MonkeyPatc
         m.setattr(jax_cluster_base, "running_in_cloud_tpu_vm", True)
 
         def no_metadata(key, *a, **kw):
-            raise MetadataServerQueried(f"{name}: JAX queried the GCE metadata server for {key!r}")
+            hint = ""
+            if key == "agent-worker-number":
+                hint = (" (GceTpuCluster.is_env_present() runs before GkeTpuCluster's; the pod "
+                        "env must set TPU_SKIP_MDS_QUERY, e.g. TPU_SKIP_MDS_QUERY=true)")
+            elif key in ("MEGASCALE_NUM_SLICES", "MEGASCALE_SLICE_ID",
+                         "MEGASCALE_COORDINATOR_ADDRESS"):
+                hint = f" (the pod env must set {key}, even for a single slice)"
+            raise MetadataServerQueried(
+                f"{name}: JAX queried the GCE metadata server for {key!r}{hint}")
 
         m.setattr(cloud_tpu_cluster, "get_metadata", no_metadata)
         m.setattr(cloud_tpu_cluster, "get_tpu_env_value_from_metadata", no_metadata)
@@ -494,6 +506,16 @@ def test_missing_megascale_var_falls_back_to_metadata_server(var, tmp_path, monk
     env = pod_env(pods[0])
     del env[var]
     with pytest.raises(MetadataServerQueried, match=var):
+        jax_detect(env, {pod_dns(p) for p in pods}, monkeypatch, pod_name(pods[0]))
+
+
+def test_missing_tpu_skip_mds_query_makes_jax_query_metadata_server(tmp_path, monkeypatch):
+    """Documents a JAX fact: without TPU_SKIP_MDS_QUERY, GceTpuCluster (checked before
+    GkeTpuCluster) asks the GCE metadata server for 'agent-worker-number'."""
+    pods = render(_fake_render, CASES[1], tmp_path)
+    env = pod_env(pods[0])
+    del env["TPU_SKIP_MDS_QUERY"]
+    with pytest.raises(MetadataServerQueried, match="agent-worker-number"):
         jax_detect(env, {pod_dns(p) for p in pods}, monkeypatch, pod_name(pods[0]))
 
 
