@@ -20,7 +20,8 @@ exactly that pod's env (spec.containers[0].env) into an otherwise EMPTY os.envir
 Binary: $SLICE_OPERATOR_BIN, default <repo>/target/debug/slice-operator. If it is missing the
 parametrized cases SKIP, unless CI_REQUIRE_BINARY=1, in which case they FAIL. The in-module
 `_fake_render` (a reference implementation of the env contract) is used ONLY by the harness
-self-tests (`test_harness_with_fake_renderer*`, `test_negative_*`).
+self-tests (`test_harness_with_fake_renderer`, `test_negative_stale_megascale_num_slices_fake`)
+and by the tests that pin down JAX facts (`test_missing_*`, `test_without_tpu_vm_*`).
 
 Run: .tools/venv/bin/python -m pytest tests/contract -q
 """
@@ -214,9 +215,11 @@ def _fake_render(yaml_path: Path, slices: int) -> list:
     return pods
 
 
-@pytest.fixture
-def renderer() -> Renderer:
-    """The real binary. Missing binary: skip, or FAIL when CI_REQUIRE_BINARY=1."""
+def require_binary() -> Renderer:
+    """The real binary. Missing binary: skip, or FAIL when CI_REQUIRE_BINARY=1.
+
+    Called inside test bodies (not a fixture) so that a missing binary under
+    CI_REQUIRE_BINARY=1 is reported as FAILED, not as a fixture ERROR or a skip."""
     path = binary_path()
     if path.is_file() and os.access(path, os.X_OK):
         return binary_render
@@ -443,8 +446,8 @@ def check_consistency(pods: list, dets: list[Detection], slices: int, hosts: int
 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-def test_binary_pods_satisfy_jax_detection(case: Case, renderer: Renderer, tmp_path, monkeypatch):
-    pods = render(renderer, case, tmp_path)
+def test_binary_pods_satisfy_jax_detection(case: Case, tmp_path, monkeypatch):
+    pods = render(require_binary(), case, tmp_path)
     dets = detect_all(pods, monkeypatch)
     check_consistency(pods, dets, case.slices, case.hosts)
 
@@ -491,8 +494,8 @@ def test_negative_stale_megascale_num_slices_fake(tmp_path, monkeypatch):
     _assert_stale_detected(pods, monkeypatch)
 
 
-def test_negative_stale_megascale_num_slices_binary(renderer: Renderer, tmp_path, monkeypatch):
-    _assert_stale_detected(render(renderer, NEG_CASE, tmp_path), monkeypatch)
+def test_negative_stale_megascale_num_slices_binary(tmp_path, monkeypatch):
+    _assert_stale_detected(render(require_binary(), NEG_CASE, tmp_path), monkeypatch)
 
 
 @pytest.mark.parametrize(
