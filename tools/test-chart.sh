@@ -5,11 +5,5 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 tools/install-helm.sh >/dev/null
-if [[ ! -x .tools/venv/bin/python ]]; then
-  python3 -m venv .tools/venv
-fi
-if ! cmp -s tools/requirements-test.txt .tools/venv/.requirements-test.txt; then
-  .tools/venv/bin/pip install --quiet --disable-pip-version-check -r tools/requirements-test.txt
-  cp tools/requirements-test.txt .tools/venv/.requirements-test.txt
-fi
+tools/setup-python.sh
 HELM="${HELM:-$(pwd)/.tools/bin/helm}" exec .tools/venv/bin/python -m pytest tests/chart -q "$@"

@@ -1,0 +1,535 @@
+"""Contract test: the TPU/JAX env our worker pods carry vs. the REAL `jax` package's
+GKE TPU cluster detection (jax._src.clusters.cloud_tpu_cluster.GkeTpuCluster).
+
+For every case (S slices x H hosts per slice) we obtain the rendered worker pods from
+`slice-operator render-pods --file <TrainCluster YAML> --slices S`, then for each pod put
+exactly that pod's env (spec.containers[0].env) into an otherwise EMPTY os.environ and run
+`jax._src.distributed.State().initialize()` -- the function behind
+`jax.distributed.initialize()` -- unmodified, with only these boundaries stubbed:
+
+  * `running_in_cloud_tpu_vm` is forced True (on a real TPU VM, `jax/__init__.py` sets it via
+    `cloud_tpu_init()` because libtpu + TPU chips are present; this CPU box has neither);
+  * the GCE metadata server: any call raises `MetadataServerQueried` (our pods must never
+    need it);
+  * DNS (`socket.gethostbyname`, used by `BaseTpuCluster.wait_for_coordinator`): only the
+    pods' `<spec.hostname>.<spec.subdomain>` names resolve, anything else raises
+    `UnknownHost` immediately;
+  * the distributed runtime (`_jax.get_distributed_runtime_service/_client`): recorded,
+    and the client call stops initialize() before it would connect anywhere.
+
+Binary: $SLICE_OPERATOR_BIN, default <repo>/target/debug/slice-operator. If it is missing the
+parametrized cases SKIP, unless CI_REQUIRE_BINARY=1, in which case they FAIL. The in-module
+`_fake_render` (a reference implementation of the env contract) is used ONLY by the harness
+self-tests (`test_harness_with_fake_renderer`, `test_negative_stale_megascale_num_slices_fake`)
+and by the tests that pin down JAX facts (`test_missing_*`, `test_without_tpu_vm_*`).
+
+Run: .tools/venv/bin/python -m pytest tests/contract -q
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import yaml
+
+import jax  # noqa: F401  (runs jax/__init__ exactly as in a worker: cloud_tpu_init etc.)
+from jax._src import clusters as jax_clusters
+from jax._src import distributed as jax_distributed
+from jax._src.clusters import cloud_tpu_cluster
+from jax._src.clusters import cluster as jax_cluster_base
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LABEL_REPLICA = "slices.dev/replica-index"
+LABEL_HOST = "slices.dev/host-index"
+CLUSTER_NAME = "jaxtest"
+GROUP_NAME = "workers"
+
+
+# --------------------------------------------------------------------------- cases
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    accelerator: str  # GKE node label value cloud.google.com/gke-tpu-accelerator
+    topology: str
+    chips_per_host: int
+    hosts: int  # H, expected hosts per slice
+    slices: int  # S
+
+    @property
+    def chips(self) -> int:
+        n = 1
+        for d in self.topology.split("x"):
+            n *= int(d)
+        return n
+
+
+CASES = [
+    Case("v6e-4x4-S1", "tpu-v6e-slice", "4x4", 4, 4, 1),
+    Case("v6e-4x4-S2", "tpu-v6e-slice", "4x4", 4, 4, 2),
+    Case("v6e-4x4-S4", "tpu-v6e-slice", "4x4", 4, 4, 4),
+    Case("v5p-2x2x4-S3", "tpu-v5p-slice", "2x2x4", 4, 4, 3),
+    Case("v6e-2x4-S2", "tpu-v6e-slice", "2x4", 4, 2, 2),
+    Case("v6e-2x2-S4-single-host", "tpu-v6e-slice", "2x2", 4, 1, 4),
+    Case("v4-4x4x4-S2", "tpu-v4-podslice", "4x4x4", 4, 16, 2),
+]
+CASE_IDS = [c.id for c in CASES]
+
+
+def train_cluster_yaml(case: Case) -> str:
+    doc = {
+        "apiVersion": "slices.dev/v1alpha1",
+        "kind": "TrainCluster",
+        "metadata": {"name": CLUSTER_NAME, "namespace": "default"},
+        "spec": {
+            "membership": "Multislice",
+            "workerGroups": [
+                {
+                    "name": GROUP_NAME,
+                    "tpu": {"accelerator": case.accelerator, "topology": case.topology},
+                    "slices": {"min": 1, "max": max(4, case.slices)},
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {
+                                    "name": "main",
+                                    "image": "python:3.11",
+                                    "resources": {
+                                        "limits": {"google.com/tpu": case.chips_per_host}
+                                    },
+                                }
+                            ]
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+# --------------------------------------------------------------------------- renderers
+
+Renderer = Callable[[Path, int], list]
+
+
+def binary_path() -> Path:
+    p = Path(os.environ.get("SLICE_OPERATOR_BIN", "target/debug/slice-operator"))
+    return p if p.is_absolute() else REPO_ROOT / p
+
+
+def binary_render(yaml_path: Path, slices: int) -> list:
+    cmd = [str(binary_path()), "render-pods", "--file", str(yaml_path), "--slices", str(slices)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, (
+        f"{' '.join(cmd)} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    )
+    try:
+        pods = json.loads(proc.stdout)
+    except json.JSONDecodeError as e:
+        raise AssertionError(f"render-pods did not print JSON: {e}\n{proc.stdout[:2000]}") from e
+    assert isinstance(pods, list), f"render-pods must print a JSON array, got {type(pods).__name__}"
+    return pods
+
+
+_ACCEL_TYPE_PREFIX = {
+    # GKE accelerator label -> (TPU_ACCELERATOR_TYPE prefix, cores per chip in the type suffix)
+    "tpu-v6e-slice": ("v6e", 1),
+    "tpu-v5-lite-podslice": ("v5litepod", 1),
+    "tpu-v5p-slice": ("v5p", 2),
+    "tpu-v4-podslice": ("v4", 2),
+}
+
+
+def _fake_render(yaml_path: Path, slices: int) -> list:
+    """Reference implementation of the env contract. Harness self-test ONLY."""
+    tc = yaml.safe_load(Path(yaml_path).read_text())
+    cluster = tc["metadata"]["name"]
+    ns = tc["metadata"].get("namespace", "default")
+    subdomain = f"{cluster}-headless"
+    pods = []
+    for group in tc["spec"]["workerGroups"]:
+        gname = group["name"]
+        topo = group["tpu"]["topology"]
+        chips = 1
+        for d in topo.split("x"):
+            chips *= int(d)
+        container = group["template"]["spec"]["containers"][0]
+        per_host = int(container["resources"]["limits"]["google.com/tpu"])
+        hosts = chips // per_host
+        prefix, cores = _ACCEL_TYPE_PREFIX[group["tpu"]["accelerator"]]
+        accel_type = f"{prefix}-{chips * cores}"
+
+        def hostname(r: int, h: int) -> str:
+            return f"{cluster}-{gname}-{r}-{h}"
+
+        coordinator = f"{hostname(0, 0)}.{subdomain}"
+        for r in range(slices):
+            worker_hostnames = ",".join(f"{hostname(r, h)}.{subdomain}" for h in range(hosts))
+            for h in range(hosts):
+                env = {
+                    "TPU_WORKER_ID": str(h),
+                    "TPU_WORKER_HOSTNAMES": worker_hostnames,
+                    "TPU_NAME": f"{cluster}-{gname}-{r}",
+                    "TPU_ACCELERATOR_TYPE": accel_type,
+                    "TPU_TOPOLOGY": topo,
+                    "MEGASCALE_NUM_SLICES": str(slices),
+                    "MEGASCALE_SLICE_ID": str(r),
+                    "MEGASCALE_COORDINATOR_ADDRESS": coordinator,
+                    "MEGASCALE_PORT": "8081",
+                    # Contract ADDITION required by JAX (see docs/env-contract.md): without it
+                    # GceTpuCluster.is_env_present(), which JAX checks BEFORE GkeTpuCluster,
+                    # queries the GCE metadata server for 'agent-worker-number'.
+                    "TPU_SKIP_MDS_QUERY": "true",
+                }
+                pods.append(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "metadata": {
+                            "name": hostname(r, h),
+                            "namespace": ns,
+                            "labels": {LABEL_REPLICA: str(r), LABEL_HOST: str(h)},
+                        },
+                        "spec": {
+                            "hostname": hostname(r, h),
+                            "subdomain": subdomain,
+                            "containers": [
+                                {
+                                    "name": container["name"],
+                                    "image": container["image"],
+                                    "env": [{"name": k, "value": v} for k, v in env.items()],
+                                }
+                            ],
+                        },
+                    }
+                )
+    return pods
+
+
+def require_binary() -> Renderer:
+    """The real binary. Missing binary: skip, or FAIL when CI_REQUIRE_BINARY=1.
+
+    Called inside test bodies (not a fixture) so that a missing binary under
+    CI_REQUIRE_BINARY=1 is reported as FAILED, not as a fixture ERROR or a skip."""
+    path = binary_path()
+    if path.is_file() and os.access(path, os.X_OK):
+        return binary_render
+    msg = (
+        f"slice-operator binary not found at {path} (set SLICE_OPERATOR_BIN or run "
+        f"`cargo build`)"
+    )
+    if os.environ.get("CI_REQUIRE_BINARY") == "1":
+        pytest.fail(msg + "; CI_REQUIRE_BINARY=1 so this is a failure, not a skip")
+    pytest.skip(msg + "; harness itself is covered by test_harness_with_fake_renderer")
+
+
+def render(renderer: Renderer, case: Case, tmp_path: Path) -> list:
+    yaml_path = tmp_path / f"traincluster-{case.id}.yaml"
+    yaml_path.write_text(train_cluster_yaml(case))
+    return renderer(yaml_path, case.slices)
+
+
+# --------------------------------------------------------------------------- pod helpers
+
+
+def pod_name(pod: dict) -> str:
+    return pod.get("metadata", {}).get("name", "<unnamed>")
+
+
+def pod_dns(pod: dict) -> str:
+    return f"{pod['spec']['hostname']}.{pod['spec']['subdomain']}"
+
+
+def pod_env(pod: dict) -> dict[str, str]:
+    env = {}
+    for item in pod["spec"]["containers"][0].get("env", []) or []:
+        assert "valueFrom" not in item, (
+            f"{pod_name(pod)}: env {item.get('name')} uses valueFrom; the contract requires "
+            f"literal name/value pairs"
+        )
+        assert item["name"] not in env, f"{pod_name(pod)}: duplicate env var {item['name']}"
+        env[item["name"]] = str(item.get("value", ""))
+    return env
+
+
+def validate_pod_shape(pod: dict) -> None:
+    name = pod_name(pod)
+    assert pod.get("apiVersion") == "v1" and pod.get("kind") == "Pod", f"{name}: not a v1 Pod"
+    labels = pod.get("metadata", {}).get("labels", {}) or {}
+    for lbl in (LABEL_REPLICA, LABEL_HOST):
+        assert lbl in labels, f"{name}: missing label {lbl}"
+        assert str(labels[lbl]).isdigit(), f"{name}: label {lbl}={labels[lbl]!r} not an index"
+    spec = pod.get("spec", {})
+    assert spec.get("hostname") and spec.get("subdomain"), f"{name}: spec.hostname/subdomain unset"
+    assert spec.get("containers"), f"{name}: no containers"
+
+
+# --------------------------------------------------------------------------- JAX harness
+
+
+class MetadataServerQueried(AssertionError):
+    """JAX would have queried the GCE metadata server (the env contract is incomplete)."""
+
+
+class UnknownHost(AssertionError):
+    """JAX tried to resolve a name that is not any pod's <hostname>.<subdomain>."""
+
+
+class _StopBeforeConnect(Exception):
+    pass
+
+
+@dataclass
+class Detection:
+    pod: str
+    env_class: str | None = None  # ClusterEnv subclass JAX auto-selects
+    coordinator_address: str | None = None
+    num_processes: int | None = None
+    process_id: int | None = None
+    local_device_ids: Any = None
+    resolved: list = field(default_factory=list)  # DNS lookups done by JAX
+    service_num_processes: int | None = None  # passed to the coordinator service (pid 0)
+    client_args: tuple | None = None  # (coordinator_address, process_id) given to the client
+    error: str | None = None  # initialize() validation error, if any
+
+    @property
+    def coordinator_host(self) -> str | None:
+        if self.coordinator_address is None:
+            return None
+        return self.coordinator_address.rsplit(":", 1)[0]
+
+    @property
+    def coordinator_port(self) -> str | None:
+        if self.coordinator_address is None:
+            return None
+        return self.coordinator_address.rsplit(":", 1)[1]
+
+
+def jax_detect(env: dict[str, str], known_hosts: set[str], mp: pytest.MonkeyPatch, name: str) -> Detection:
+    """Run jax.distributed.initialize()'s real detection with exactly `env` in os.environ."""
+    det = Detection(pod=name)
+    with mp.context() as m:
+        for k in list(os.environ):
+            m.delenv(k)
+        for k, v in env.items():
+            m.setenv(k, v)
+
+        # On a TPU VM jax/__init__ -> cloud_tpu_init() sets this True before the clusters
+        # module binds it (`from jax._src.cloud_tpu_init import running_in_cloud_tpu_vm`).
+        m.setattr(cloud_tpu_cluster, "running_in_cloud_tpu_vm", True)
+        m.setattr(jax_cluster_base, "running_in_cloud_tpu_vm", True)
+
+        def no_metadata(key, *a, **kw):
+            hint = ""
+            if key == "agent-worker-number":
+                hint = (" (GceTpuCluster.is_env_present() runs before GkeTpuCluster's; the pod "
+                        "env must set TPU_SKIP_MDS_QUERY, e.g. TPU_SKIP_MDS_QUERY=true)")
+            elif key in ("MEGASCALE_NUM_SLICES", "MEGASCALE_SLICE_ID",
+                         "MEGASCALE_COORDINATOR_ADDRESS"):
+                hint = f" (the pod env must set {key}, even for a single slice)"
+            raise MetadataServerQueried(
+                f"{name}: JAX queried the GCE metadata server for {key!r}{hint}")
+
+        m.setattr(cloud_tpu_cluster, "get_metadata", no_metadata)
+        m.setattr(cloud_tpu_cluster, "get_tpu_env_value_from_metadata", no_metadata)
+
+        def fake_dns(host):
+            det.resolved.append(host)
+            if host not in known_hosts:
+                raise UnknownHost(f"{name}: JAX resolved {host!r}, not a pod DNS name")
+            return "10.0.0.1"
+
+        m.setattr(cloud_tpu_cluster.socket, "gethostbyname", fake_dns)
+
+        class FakeRuntime:
+            @staticmethod
+            def get_distributed_runtime_service(bind, num_processes, **kw):
+                det.service_num_processes = num_processes
+                return object()
+
+            @staticmethod
+            def get_distributed_runtime_client(addr, process_id, **kw):
+                det.client_args = (addr, process_id)
+                raise _StopBeforeConnect()
+
+        m.setattr(jax_distributed, "_jax", FakeRuntime)
+
+        real_auto = jax_clusters.ClusterEnv.auto_detect_unset_distributed_params.__func__
+
+        def spy_auto(cls, *a, **kw):
+            out = real_auto(cls, *a, **kw)
+            det.coordinator_address, det.num_processes, det.process_id, det.local_device_ids = out
+            return out
+
+        m.setattr(jax_clusters.ClusterEnv, "auto_detect_unset_distributed_params",
+                  classmethod(spy_auto))
+
+        # Which ClusterEnv would be picked (same expression as auto_detect_unset_distributed_params).
+        chosen = next(
+            (e for e in jax_clusters.ClusterEnv._cluster_types
+             if not e.opt_in_only_method and e.is_env_present()),
+            None,
+        )
+        det.env_class = chosen.__name__ if chosen else None
+
+        state = jax_distributed.State()
+        try:
+            state.initialize()  # all defaults, as a worker calling jax.distributed.initialize()
+        except _StopBeforeConnect:
+            pass
+        except (ValueError, TypeError) as e:  # initialize()'s own argument validation
+            det.error = f"{type(e).__name__}: {e}"
+    return det
+
+
+def detect_all(pods: list, mp: pytest.MonkeyPatch) -> list[Detection]:
+    for p in pods:
+        validate_pod_shape(p)
+    known = {pod_dns(p) for p in pods}
+    return [jax_detect(pod_env(p), known, mp, pod_name(p)) for p in pods]
+
+
+def check_consistency(pods: list, dets: list[Detection], slices: int, hosts: int) -> None:
+    """The contract assertions. Raises AssertionError listing every violation."""
+    n = slices * hosts
+    errors = []
+    if len(pods) != n:
+        errors.append(f"expected {n} pods (S={slices} x H={hosts}), got {len(pods)}")
+    for p, d in zip(pods, dets):
+        if d.env_class != "GkeTpuCluster":
+            errors.append(f"{d.pod}: JAX selected cluster env {d.env_class}, not GkeTpuCluster")
+        if d.error:
+            errors.append(f"{d.pod}: jax.distributed.initialize() rejected values: {d.error}")
+        if d.num_processes != n:
+            errors.append(f"{d.pod}: num_processes={d.num_processes}, expected {n}")
+        labels = p["metadata"]["labels"]
+        want_pid = int(labels[LABEL_HOST]) + hosts * int(labels[LABEL_REPLICA])
+        if d.process_id != want_pid:
+            errors.append(
+                f"{d.pod}: process_id={d.process_id}, expected host-index + H*replica-index = {want_pid}"
+            )
+        if d.error is None and d.client_args != (d.coordinator_address, d.process_id):
+            errors.append(f"{d.pod}: runtime client got {d.client_args}")
+        if d.process_id == 0 and d.error is None and d.service_num_processes != n:
+            errors.append(f"{d.pod}: coordinator service num_processes={d.service_num_processes}")
+        if d.coordinator_host is not None and d.coordinator_host not in d.resolved:
+            errors.append(f"{d.pod}: JAX never resolved its coordinator {d.coordinator_host}")
+    pids = sorted(d.process_id for d in dets if d.process_id is not None)
+    if pids != list(range(n)):
+        errors.append(f"process ids are {pids}, expected exactly 0..{n - 1} without duplicates")
+    hosts_seen = {d.coordinator_address for d in dets}
+    if len(hosts_seen) != 1:
+        errors.append(f"pods disagree on the coordinator address: {sorted(map(str, hosts_seen))}")
+    zero = [p for p, d in zip(pods, dets) if d.process_id == 0]
+    if len(zero) == 1:
+        want = pod_dns(zero[0])
+        for d in dets:
+            if d.coordinator_host != want:
+                errors.append(
+                    f"{d.pod}: coordinator host {d.coordinator_host!r} != DNS name of process 0 "
+                    f"pod {pod_name(zero[0])} ({want!r})"
+                )
+    if errors:
+        raise AssertionError("JAX env contract violated:\n  " + "\n  ".join(errors))
+
+
+# --------------------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_binary_pods_satisfy_jax_detection(case: Case, tmp_path, monkeypatch):
+    pods = render(require_binary(), case, tmp_path)
+    dets = detect_all(pods, monkeypatch)
+    check_consistency(pods, dets, case.slices, case.hosts)
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_harness_with_fake_renderer(case: Case, tmp_path, monkeypatch):
+    """Self-test of the harness against the in-module reference renderer."""
+    pods = render(_fake_render, case, tmp_path)
+    dets = detect_all(pods, monkeypatch)
+    check_consistency(pods, dets, case.slices, case.hosts)
+    # Facts about JAX 0.10.x that docs/env-contract.md relies on:
+    for d in dets:
+        assert d.coordinator_port == "8482", d  # JAX's fixed port, not MEGASCALE_PORT
+        assert d.local_device_ids is None  # never set on TPU
+
+
+def _stale(pods: list, slices_stale: int) -> list:
+    """Copy of pods where slice 0 host 0 still carries an old MEGASCALE_NUM_SLICES."""
+    out = json.loads(json.dumps(pods))
+    target = next(
+        p for p in out
+        if p["metadata"]["labels"][LABEL_REPLICA] in ("0", 0)
+        and p["metadata"]["labels"][LABEL_HOST] in ("0", 0)
+    )
+    for item in target["spec"]["containers"][0]["env"]:
+        if item["name"] == "MEGASCALE_NUM_SLICES":
+            item["value"] = str(slices_stale)
+    return out
+
+
+NEG_CASE = next(c for c in CASES if c.id == "v6e-4x4-S4")
+
+
+def _assert_stale_detected(pods: list, monkeypatch) -> None:
+    stale = _stale(pods, NEG_CASE.slices - 1)  # e.g. rendered before a scale-up 3 -> 4
+    dets = detect_all(stale, monkeypatch)
+    with pytest.raises(AssertionError, match=r"num_processes=12, expected 16"):
+        check_consistency(stale, dets, NEG_CASE.slices, NEG_CASE.hosts)
+
+
+def test_negative_stale_megascale_num_slices_fake(tmp_path, monkeypatch):
+    pods = render(_fake_render, NEG_CASE, tmp_path)
+    check_consistency(pods, detect_all(pods, monkeypatch), NEG_CASE.slices, NEG_CASE.hosts)
+    _assert_stale_detected(pods, monkeypatch)
+
+
+def test_negative_stale_megascale_num_slices_binary(tmp_path, monkeypatch):
+    _assert_stale_detected(render(require_binary(), NEG_CASE, tmp_path), monkeypatch)
+
+
+@pytest.mark.parametrize(
+    "var", ["MEGASCALE_NUM_SLICES", "MEGASCALE_SLICE_ID", "MEGASCALE_COORDINATOR_ADDRESS"]
+)
+def test_missing_megascale_var_falls_back_to_metadata_server(var, tmp_path, monkeypatch):
+    """Documents a JAX fact: an UNSET MEGASCALE_* var (even for S=1) makes JAX query the GCE
+    metadata server ('tpu-env'), which GKE pods must not depend on."""
+    case = CASES[0]
+    pods = render(_fake_render, case, tmp_path)
+    env = pod_env(pods[0])
+    del env[var]
+    with pytest.raises(MetadataServerQueried, match=var):
+        jax_detect(env, {pod_dns(p) for p in pods}, monkeypatch, pod_name(pods[0]))
+
+
+def test_missing_tpu_skip_mds_query_makes_jax_query_metadata_server(tmp_path, monkeypatch):
+    """Documents a JAX fact: without TPU_SKIP_MDS_QUERY, GceTpuCluster (checked before
+    GkeTpuCluster) asks the GCE metadata server for 'agent-worker-number'."""
+    pods = render(_fake_render, CASES[1], tmp_path)
+    env = pod_env(pods[0])
+    del env["TPU_SKIP_MDS_QUERY"]
+    with pytest.raises(MetadataServerQueried, match="agent-worker-number"):
+        jax_detect(env, {pod_dns(p) for p in pods}, monkeypatch, pod_name(pods[0]))
+
+
+def test_without_tpu_vm_jax_does_not_pick_gke_tpu(tmp_path, monkeypatch):
+    """Documents a JAX fact: GkeTpuCluster is only eligible when running_in_cloud_tpu_vm is
+    True (libtpu + TPU chips present, or JAX_FORCE_TPU_INIT set); env vars alone are not enough."""
+    pods = render(_fake_render, CASES[0], tmp_path)
+    with monkeypatch.context() as m:
+        for k in list(os.environ):
+            m.delenv(k)
+        for k, v in pod_env(pods[0]).items():
+            m.setenv(k, v)
+        m.setattr(cloud_tpu_cluster, "running_in_cloud_tpu_vm", False)
+        assert not cloud_tpu_cluster.GkeTpuCluster.is_env_present()
