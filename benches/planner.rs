@@ -1,1 +1,93 @@
-fn main() {}
+//! Planner and inventory at scale: 1,000 slices x 64 hosts (64,000 nodes, 64,000 pods).
+//! Run with `make bench`; figures are recorded in BENCHMARKS.md.
+
+use std::hint::black_box;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use slice_operator::api::Membership;
+use slice_operator::constants::*;
+use slice_operator::inventory::Inventory;
+use slice_operator::planner::{PlanInput, plan};
+use slice_operator::testing::*;
+
+const SLICES: u32 = 1000;
+const HOSTS: u32 = 64;
+
+/// A running 1,000-slice cluster of v6e 16x16 slices (64 hosts each), settled.
+fn big_world(membership: Membership) -> World {
+    let mut tc = train_cluster(membership, 1, SLICES);
+    tc.spec.worker_groups[0] = tpu_group("w", "tpu-v6e-slice", "16x16", 4, 1, SLICES);
+    let nodes = (0..SLICES)
+        .flat_map(|i| node_pool(&format!("p{i:04}"), "tpu-v6e-slice", "16x16", 4, HOSTS))
+        .collect();
+    let mut world = World::new(tc, nodes);
+    world.step();
+    world.step();
+    assert_eq!(world.pods.len(), (SLICES * HOSTS) as usize);
+    assert!(world.plan().is_noop(), "settled");
+    world
+}
+
+fn bench(c: &mut Criterion) {
+    let mut group = c.benchmark_group("planner_1000x64");
+    group.sample_size(20);
+    for membership in [Membership::Independent, Membership::Multislice] {
+        let world = big_world(membership);
+        let inventory = world.inventory();
+        group.bench_function(format!("steady_state_plan/{membership:?}"), |b| {
+            b.iter(|| {
+                black_box(plan(&PlanInput {
+                    cluster: &world.cluster,
+                    pods: &world.pods,
+                    inventory: &inventory,
+                    now: world.now,
+                }))
+            })
+        });
+        // One container crashed: independent mode replans one group, multislice all of them.
+        let mut failed = world.clone();
+        let victim = format!("demo-w-500-{}", HOSTS / 2);
+        crash_container(failed.pod_mut(&victim));
+        let inventory = failed.inventory();
+        group.bench_function(format!("one_group_failed_plan/{membership:?}"), |b| {
+            b.iter(|| {
+                black_box(plan(&PlanInput {
+                    cluster: &failed.cluster,
+                    pods: &failed.pods,
+                    inventory: &inventory,
+                    now: failed.now,
+                }))
+            })
+        });
+        if membership == Membership::Independent {
+            group.bench_function("inventory_build", |b| {
+                b.iter(|| black_box(Inventory::build(&world.nodes, &world.pods)))
+            });
+            // Creating one whole replacement group (64 pods rendered).
+            let mut replaced = world.clone();
+            replaced.pods.retain(|p| {
+                p.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(LABEL_REPLICA_INDEX))
+                    .map(String::as_str)
+                    != Some("500")
+            });
+            let inventory = replaced.inventory();
+            group.bench_function("recreate_one_group_plan", |b| {
+                b.iter(|| {
+                    black_box(plan(&PlanInput {
+                        cluster: &replaced.cluster,
+                        pods: &replaced.pods,
+                        inventory: &inventory,
+                        now: replaced.now,
+                    }))
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

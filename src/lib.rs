@@ -3,7 +3,9 @@
 
 pub mod api;
 pub mod constants;
+pub mod error;
 pub mod inventory;
+pub mod operator;
 pub mod planner;
 #[doc(hidden)]
 pub mod testing;

@@ -1,1 +1,156 @@
+use super::*;
+use crate::testing::*;
 
+fn arcs(nodes: Vec<Node>) -> Vec<Arc<Node>> {
+    nodes.into_iter().map(Arc::new).collect()
+}
+
+fn worker_pod(cluster: &str, replica: u32, node: &str) -> Arc<Pod> {
+    let mut pod = Pod::default();
+    pod.metadata.name = Some(format!("{cluster}-w-{replica}-0"));
+    pod.metadata.namespace = Some("ns".into());
+    pod.metadata.labels = Some(
+        [
+            (LABEL_CLUSTER, cluster),
+            (LABEL_ROLE, ROLE_WORKER),
+            (LABEL_GROUP, "w"),
+            (LABEL_REPLICA_INDEX, &replica.to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+    );
+    Arc::new(run_on(pod, node))
+}
+
+#[test]
+fn a_node_pool_is_one_multi_host_slice_and_a_single_host_node_its_own() {
+    let mut nodes = node_pool("big", "tpu-v6e-slice", "4x4", 4, 4);
+    nodes.extend(node_pool("small", "tpu-v6e-slice", "2x2", 4, 2));
+    nodes.push(k8s_openapi::api::core::v1::Node::default()); // not a TPU node: ignored
+    let inv = Inventory::build(&arcs(nodes), &[]);
+    let ids: Vec<_> = inv.slices().map(|s| s.id.clone()).collect();
+    assert_eq!(ids, ["big", "small-0", "small-1"]);
+    let big = inv.slice("big").unwrap();
+    assert_eq!(
+        (big.hosts_expected, big.hosts_present(), big.single_host),
+        (4, 4, false)
+    );
+    assert!(big.is_ready() && big.is_free());
+    assert!(inv.slice("small-0").unwrap().single_host);
+}
+
+#[test]
+fn a_slice_is_ready_only_when_every_host_is() {
+    let cases: Vec<(&str, Box<dyn Fn(&mut Vec<Node>)>)> = vec![
+        (
+            "missing host",
+            Box::new(|n: &mut Vec<Node>| {
+                n.pop();
+            }),
+        ),
+        (
+            "not ready",
+            Box::new(|n: &mut Vec<Node>| set_not_ready(&mut n[1], at(0))),
+        ),
+        (
+            "cordoned",
+            Box::new(|n: &mut Vec<Node>| n[2].spec.as_mut().unwrap().unschedulable = Some(true)),
+        ),
+        (
+            "termination taint",
+            Box::new(|n: &mut Vec<Node>| add_taint(&mut n[0], TAINT_IMPENDING_TERMINATION)),
+        ),
+        (
+            "unreachable taint",
+            Box::new(|n: &mut Vec<Node>| add_taint(&mut n[0], TAINT_UNREACHABLE)),
+        ),
+        (
+            "being deleted",
+            Box::new(|n: &mut Vec<Node>| {
+                n[3].metadata.deletion_timestamp =
+                    Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(0)))
+            }),
+        ),
+        (
+            "wrong chip count",
+            Box::new(|n: &mut Vec<Node>| {
+                let a = n[3].status.as_mut().unwrap().allocatable.as_mut().unwrap();
+                a.insert(
+                    TPU_RESOURCE.into(),
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity("2".into()),
+                );
+            }),
+        ),
+    ];
+    for (what, break_it) in cases {
+        let mut nodes = node_pool("p", "tpu-v6e-slice", "4x4", 4, 4);
+        break_it(&mut nodes);
+        let inv = Inventory::build(&arcs(nodes), &[]);
+        let slice = inv.slice("p").unwrap();
+        assert!(!slice.is_ready(), "{what}: {slice:?}");
+    }
+}
+
+#[test]
+fn occupancy_tells_held_foreign_and_contended() {
+    let nodes = arcs(
+        [
+            node_pool("a", "tpu-v6e-slice", "4x4", 4, 4),
+            node_pool("b", "tpu-v6e-slice", "4x4", 4, 4),
+            node_pool("c", "tpu-v6e-slice", "4x4", 4, 4),
+        ]
+        .concat(),
+    );
+    let mut foreign = run_on(Pod::default(), "b-2");
+    foreign.metadata.name = Some("someone-elses".into());
+    foreign.spec.as_mut().unwrap().containers = worker_template(4).spec.unwrap().containers;
+    let pods = vec![
+        worker_pod("x", 0, "a-0"),
+        Arc::new(foreign),
+        worker_pod("x", 1, "c-0"),
+        worker_pod("y", 0, "c-1"),
+    ];
+    let inv = Inventory::build(&nodes, &pods);
+    assert_eq!(
+        inv.slice("a").unwrap().occupancy,
+        Occupancy::Held(Holder {
+            namespace: "ns".into(),
+            cluster: "x".into(),
+            group: "w".into(),
+            replica: 0
+        })
+    );
+    assert_eq!(inv.slice("b").unwrap().occupancy, Occupancy::Foreign);
+    assert!(
+        matches!(inv.slice("c").unwrap().occupancy, Occupancy::Contended(ref h) if h.len() == 2)
+    );
+}
+
+#[test]
+fn finished_pods_do_not_hold_a_slice() {
+    let nodes = arcs(node_pool("a", "tpu-v6e-slice", "4x4", 4, 4));
+    let mut pod = (*worker_pod("x", 0, "a-0")).clone();
+    fail_pod(&mut pod);
+    let inv = Inventory::build(&nodes, &[Arc::new(pod)]);
+    assert!(inv.slice("a").unwrap().is_free());
+}
+
+#[test]
+fn node_loss_honours_the_grace_period() {
+    let mut nodes = node_pool("a", "tpu-v6e-slice", "4x4", 4, 4);
+    set_not_ready(&mut nodes[0], at(0));
+    let inv = Inventory::build(&arcs(nodes), &[]);
+    let grace = jiff::SignedDuration::from_secs(30);
+    assert_eq!(inv.node_lost("a-0", at(29), grace), None);
+    assert!(inv.node_lost("a-0", at(30), grace).is_some());
+    assert!(
+        inv.node_lost("gone", at(0), grace)
+            .unwrap()
+            .contains("gone")
+    );
+    assert_eq!(
+        inv.grace_deadline(inv.slice("a").unwrap(), grace),
+        Some(at(30))
+    );
+}

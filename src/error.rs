@@ -1,0 +1,52 @@
+//! The one error type of the operator.
+
+/// Everything that can go wrong in the operator's imperative shell.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("serializing {what}: {source}")]
+    Serialize {
+        what: &'static str,
+        source: serde_json::Error,
+    },
+    #[error("TrainCluster {0} has no namespace")]
+    MissingNamespace(String),
+    #[error(
+        "group {group} replica {replica}: {created} of {total} pods created before an API error ({cause}); the created pods were deleted and the group will be retried"
+    )]
+    PartialGroup {
+        group: String,
+        replica: u32,
+        created: usize,
+        total: usize,
+        cause: String,
+    },
+    #[error("lost the leader lease {0}; stopping so a new leader can take over")]
+    LeadershipLost(String),
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("I/O: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl Error {
+    /// A short, bounded label for the `errors` metric.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(kube::Error::Api(s)) if s.code == 409 => "conflict",
+            Error::Kube(kube::Error::Api(s)) if s.code == 429 => "throttled",
+            Error::Kube(kube::Error::Api(s)) if s.code >= 500 => "server_error",
+            Error::Kube(kube::Error::Api(_)) => "api_error",
+            Error::Kube(_) => "transport",
+            Error::Serialize { .. } => "serialize",
+            Error::MissingNamespace(_) => "missing_namespace",
+            Error::PartialGroup { .. } => "partial_group",
+            Error::LeadershipLost(_) => "leadership_lost",
+            Error::Config(_) => "config",
+            Error::Io(_) => "io",
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

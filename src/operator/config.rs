@@ -1,0 +1,90 @@
+//! `slice-operator run` settings: every flag can also be set by an environment variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct OperatorConfig {
+    /// Kubeconfig file; without it, the in-cluster service account (or $KUBECONFIG) is used.
+    #[arg(long, env = "KUBECONFIG_PATH")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Watch TrainClusters and pods in this namespace only (default: all namespaces).
+    #[arg(long, env = "WATCH_NAMESPACE")]
+    pub namespace: Option<String>,
+
+    /// TrainClusters reconciled at the same time.
+    #[arg(long, env = "CONCURRENCY", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub concurrency: u16,
+
+    /// Pod creations and deletions in flight at once per reconcile.
+    #[arg(long, env = "API_CONCURRENCY", default_value_t = 16)]
+    pub api_concurrency: usize,
+
+    /// Address of the /metrics, /healthz and /readyz endpoints.
+    #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: SocketAddr,
+
+    /// Log format: `text` for people, `json` for log pipelines.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Take a coordination.k8s.io Lease before reconciling, so several replicas can run.
+    #[arg(long, env = "LEADER_ELECTION", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub leader_election: bool,
+
+    /// Name of the leader Lease.
+    #[arg(long, env = "LEASE_NAME", default_value = "slice-operator-leader")]
+    pub lease_name: String,
+
+    /// Namespace of the leader Lease (default: the pod's namespace, else `default`).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+
+    /// This replica's identity in the Lease (default: the pod name or hostname).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+
+    /// Lease duration in seconds; a new leader may take over this long after the last renewal.
+    #[arg(long, env = "LEASE_DURATION_SECONDS", default_value_t = 15)]
+    pub lease_duration_seconds: u32,
+
+    /// Re-plan every TrainCluster at least this often, even when nothing changed.
+    #[arg(long, env = "RESYNC_SECONDS", default_value_t = 300)]
+    pub resync_seconds: u64,
+}
+
+impl OperatorConfig {
+    /// Defaults for in-process use (tests, `simulate`): no leader election, ephemeral port.
+    pub fn for_tests() -> OperatorConfig {
+        OperatorConfig {
+            kubeconfig: None,
+            namespace: None,
+            concurrency: 8,
+            api_concurrency: 16,
+            metrics_addr: "127.0.0.1:0".parse().expect("valid address"),
+            log_format: LogFormat::Text,
+            leader_election: false,
+            lease_name: "slice-operator-leader".into(),
+            lease_namespace: None,
+            identity: None,
+            lease_duration_seconds: 15,
+            resync_seconds: 300,
+        }
+    }
+
+    pub fn identity(&self) -> String {
+        self.identity.clone().unwrap_or_else(|| {
+            std::env::var("HOSTNAME")
+                .unwrap_or_else(|_| format!("slice-operator-{}", std::process::id()))
+        })
+    }
+}
