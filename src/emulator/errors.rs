@@ -87,7 +87,12 @@ impl ApiError {
 
     /// 422 Invalid. `causes` are `(field, message)` pairs, each message already of the form
     /// `field: Invalid value: ...`.
-    pub(crate) fn invalid(kind: &str, group: &str, name: &str, causes: Vec<(String, String)>) -> Self {
+    pub(crate) fn invalid(
+        kind: &str,
+        group: &str,
+        name: &str,
+        causes: Vec<(String, String)>,
+    ) -> Self {
         let qk = if group.is_empty() {
             kind.to_string()
         } else {
@@ -98,7 +103,11 @@ impl ApiError {
         } else {
             format!(
                 "[{}]",
-                causes.iter().map(|c| c.1.as_str()).collect::<Vec<_>>().join(", ")
+                causes
+                    .iter()
+                    .map(|c| c.1.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )
         };
         let mut d = details(name, group, kind);
@@ -108,7 +117,11 @@ impl ApiError {
                 .map(|(field, msg)| json!({"reason": "FieldValueInvalid", "message": msg, "field": field}))
                 .collect(),
         );
-        let mut e = Self::new(422, "Invalid", format!("{qk} \"{name}\" is invalid: {joined}"));
+        let mut e = Self::new(
+            422,
+            "Invalid",
+            format!("{qk} \"{name}\" is invalid: {joined}"),
+        );
         e.details = Some(d);
         e
     }
@@ -122,7 +135,11 @@ impl ApiError {
     }
 
     pub(crate) fn method_not_allowed() -> Self {
-        Self::new(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+        Self::new(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        )
     }
 
     /// A generic error for a status code (used by fault injection).

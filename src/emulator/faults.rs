@@ -117,7 +117,14 @@ impl Faults {
         self.add_rule(verb, resource.map(str::to_string), 1.0, code, Some(count));
     }
 
-    fn add_rule(&self, verb: Verb, resource: Option<String>, rate: f64, code: u16, remaining: Option<u64>) {
+    fn add_rule(
+        &self,
+        verb: Verb,
+        resource: Option<String>,
+        rate: f64,
+        code: u16,
+        remaining: Option<u64>,
+    ) {
         self.lock().rules.push(ErrorRule {
             verb,
             resource,

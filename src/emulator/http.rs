@@ -56,19 +56,23 @@ fn json_response(code: u16, v: &impl Serialize) -> Response {
 fn error_response(e: &ApiError) -> Response {
     let mut r = json_response(e.code, &e.to_status());
     if e.code == 429 {
-        r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     }
     r
 }
 
 async fn handle(State(st): State<Arc<AppState>>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
-    let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap_or_default();
+    let bytes = axum::body::to_bytes(body, usize::MAX)
+        .await
+        .unwrap_or_default();
     let path = parts.uri.path().to_string();
     let query = parts.uri.query().unwrap_or("").to_string();
-    let q: HashMap<String, String> = axum::extract::Query::<HashMap<String, String>>::try_from_uri(&parts.uri)
-        .map(|q| q.0)
-        .unwrap_or_default();
+    let q: HashMap<String, String> =
+        axum::extract::Query::<HashMap<String, String>>::try_from_uri(&parts.uri)
+            .map(|q| q.0)
+            .unwrap_or_default();
     let ct = parts
         .headers
         .get(header::CONTENT_TYPE)
@@ -78,13 +82,23 @@ async fn handle(State(st): State<Arc<AppState>>, req: Request) -> Response {
         Ok(r) => r,
         Err(e) => error_response(&e),
     };
-    st.log
-        .record(parts.method.as_str(), &path, &query, ct, &bytes, resp.status().as_u16());
+    st.log.record(
+        parts.method.as_str(),
+        &path,
+        &query,
+        ct,
+        &bytes,
+        resp.status().as_u16(),
+    );
     resp
 }
 
 fn not_found() -> ApiError {
-    ApiError::new(404, "NotFound", "the server could not find the requested resource")
+    ApiError::new(
+        404,
+        "NotFound",
+        "the server could not find the requested resource",
+    )
 }
 
 async fn dispatch(
@@ -210,7 +224,9 @@ fn resource_list(st: &AppState, group: &str, version: &str) -> Result<Value, Api
     } else {
         format!("{group}/{version}")
     };
-    Ok(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}))
+    Ok(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
+    )
 }
 
 #[derive(Serialize)]
@@ -222,7 +238,13 @@ struct ListOut<'a> {
     items: Vec<&'a Value>,
 }
 
-fn list_response(info: &ResourceInfo, items: &[Obj], rv: u64, cont: Option<String>, remaining: Option<u64>) -> Response {
+fn list_response(
+    info: &ResourceInfo,
+    items: &[Obj],
+    rv: u64,
+    cont: Option<String>,
+    remaining: Option<u64>,
+) -> Response {
     let mut metadata = json!({"resourceVersion": rv.to_string()});
     if let Some(c) = cont {
         metadata["continue"] = json!(c);
@@ -259,17 +281,26 @@ fn delete_opts(q: &HashMap<String, String>, body: &[u8]) -> Result<DeleteOpts, A
     let mut o = DeleteOpts::default();
     if !body.is_empty() {
         let b = parse_body(body)?;
-        o.uid = b.pointer("/preconditions/uid").and_then(Value::as_str).map(str::to_string);
+        o.uid = b
+            .pointer("/preconditions/uid")
+            .and_then(Value::as_str)
+            .map(str::to_string);
         o.rv = b
             .pointer("/preconditions/resourceVersion")
             .and_then(Value::as_str)
             .map(str::to_string);
         o.grace = b.get("gracePeriodSeconds").and_then(Value::as_i64);
-        o.propagation = b.get("propagationPolicy").and_then(Value::as_str).map(str::to_string);
+        o.propagation = b
+            .get("propagationPolicy")
+            .and_then(Value::as_str)
+            .map(str::to_string);
         if b.get("orphanDependents") == Some(&json!(true)) {
             o.propagation = Some("Orphan".into());
         }
-        o.dry_run = b.get("dryRun").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
+        o.dry_run = b
+            .get("dryRun")
+            .and_then(Value::as_array)
+            .is_some_and(|a| !a.is_empty());
     }
     if let Some(g) = q.get("gracePeriodSeconds").and_then(|g| g.parse().ok()) {
         o.grace = Some(g);
@@ -299,13 +330,20 @@ async fn resource(
         let store = st.store.lock();
         let namespaced_form = rest.len() >= 3
             && rest[0] == "namespaces"
-            && store.find(group, version, rest[2]).is_some_and(|i| i.namespaced);
+            && store
+                .find(group, version, rest[2])
+                .is_some_and(|i| i.namespaced);
         if namespaced_form {
             let info = store.find(group, version, rest[2]).ok_or_else(not_found)?;
             if rest.len() > 5 {
                 return Err(not_found());
             }
-            (info, Some(rest[1].to_string()), rest.get(3).copied(), rest.get(4).copied())
+            (
+                info,
+                Some(rest[1].to_string()),
+                rest.get(3).copied(),
+                rest.get(4).copied(),
+            )
         } else {
             if rest.is_empty() || rest.len() > 3 {
                 return Err(not_found());
@@ -380,9 +418,12 @@ async fn resource(
         Verb::Create => {
             let v = parse_body(body)?;
             if sub == Some("binding") {
-                st.store
-                    .lock()
-                    .bind_pod(&info, ns.unwrap_or("default"), name.unwrap_or_default(), &v)?;
+                st.store.lock().bind_pod(
+                    &info,
+                    ns.unwrap_or("default"),
+                    name.unwrap_or_default(),
+                    &v,
+                )?;
                 return Ok(json_response(
                     201,
                     &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
@@ -396,10 +437,10 @@ async fn resource(
         }
         Verb::Update => {
             let v = parse_body(body)?;
-            let o = st
-                .store
-                .lock()
-                .update(&info, ns, name.unwrap_or_default(), v, mode, dry_run)?;
+            let o =
+                st.store
+                    .lock()
+                    .update(&info, ns, name.unwrap_or_default(), v, mode, dry_run)?;
             Ok(json_response(200, &*o))
         }
         Verb::Patch => {
@@ -446,7 +487,10 @@ async fn resource(
             let r = store.list(&info, ns, &l, &f, None, None, None)?;
             let mut out = Vec::new();
             for o in &r.items {
-                let n = o.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+                let n = o
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
                 let ons = o.pointer("/metadata/namespace").and_then(Value::as_str);
                 if let Ok(d) = store.delete(&info, ons, n, &opts) {
                     out.push(d);

@@ -129,7 +129,9 @@ pub struct Emulator {
 
 impl std::fmt::Debug for Emulator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Emulator").field("addr", &self.addr).finish()
+        f.debug_struct("Emulator")
+            .field("addr", &self.addr)
+            .finish()
     }
 }
 
@@ -185,9 +187,17 @@ impl Emulator {
 
     /// A kube client for this emulator (default namespace `default`). Must be called inside
     /// a tokio runtime.
+    ///
+    /// Note: kube's default client config retries 429/503/504 responses; use
+    /// [`Emulator::config`] with `default_retry = false` to see injected 429s directly.
     pub fn client(&self) -> kube::Client {
-        let config = kube::Config::new(self.url().parse().expect("valid url"));
-        kube::Client::try_from(config).expect("kube client for emulator")
+        kube::Client::try_from(self.config()).expect("kube client for emulator")
+    }
+
+    /// A kube `Config` pointing at this emulator (cluster_url `http://127.0.0.1:PORT`,
+    /// default namespace `default`, no auth), to customise before building a client.
+    pub fn config(&self) -> kube::Config {
+        kube::Config::new(self.url().parse().expect("valid url"))
     }
 
     /// A kubeconfig (cluster `emulator`, user without auth, context `emulator`).
@@ -213,7 +223,10 @@ impl Emulator {
             .expect("crd resource registered");
         let name = crd.metadata.name.clone().unwrap_or_default();
         if store.get(&info, None, &name).is_ok() {
-            if let Some(m) = v.get_mut("metadata").and_then(serde_json::Value::as_object_mut) {
+            if let Some(m) = v
+                .get_mut("metadata")
+                .and_then(serde_json::Value::as_object_mut)
+            {
                 m.remove("resourceVersion");
             }
             store.update(&info, None, &name, v, WriteMode::Main, false)?;
@@ -248,7 +261,10 @@ impl Emulator {
         let _ = self.shutdown_tx.send(true);
         if let Some(j) = self.join.take() {
             let abort = j.abort_handle();
-            if tokio::time::timeout(Duration::from_secs(5), j).await.is_err() {
+            if tokio::time::timeout(Duration::from_secs(5), j)
+                .await
+                .is_err()
+            {
                 abort.abort();
             }
         }

@@ -77,7 +77,11 @@ pub fn apply_patch(kind: PatchKind, current: &Value, body: &[u8]) -> Result<Valu
             let p: json_patch::Patch = serde_json::from_slice(body)
                 .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
             json_patch::patch(&mut doc, &p).map_err(|e| {
-                ApiError::new(422, "Invalid", format!("the server rejected our request due to an error in our request: {e}"))
+                ApiError::new(
+                    422,
+                    "Invalid",
+                    format!("the server rejected our request due to an error in our request: {e}"),
+                )
             })?;
         }
         PatchKind::Apply => {
@@ -98,9 +102,19 @@ mod tests {
         let cur = json!({"a": 1, "b": {"c": 2}});
         let m = apply_patch(PatchKind::Merge, &cur, br#"{"b":{"c":null,"d":3}}"#).unwrap();
         assert_eq!(m, json!({"a": 1, "b": {"d": 3}}));
-        let j = apply_patch(PatchKind::Json, &cur, br#"[{"op":"replace","path":"/a","value":5}]"#).unwrap();
+        let j = apply_patch(
+            PatchKind::Json,
+            &cur,
+            br#"[{"op":"replace","path":"/a","value":5}]"#,
+        )
+        .unwrap();
         assert_eq!(j["a"], 5);
-        let s = apply_patch(PatchKind::Strategic, &cur, br#"{"$setElementOrder/x":[],"a":2}"#).unwrap();
+        let s = apply_patch(
+            PatchKind::Strategic,
+            &cur,
+            br#"{"$setElementOrder/x":[],"a":2}"#,
+        )
+        .unwrap();
         assert_eq!(s, json!({"a": 2, "b": {"c": 2}}));
         let a = apply_patch(PatchKind::Apply, &cur, b"a: 7\n").unwrap();
         assert_eq!(a["a"], 7);

@@ -122,7 +122,9 @@ impl FieldSelector {
             } else if let Some((k, v)) = term.split_once('=') {
                 reqs.push((k.trim().to_string(), true, v.trim().to_string()));
             } else {
-                return Err(format!("invalid selector: '{term}'; can't understand '{term}'"));
+                return Err(format!(
+                    "invalid selector: '{term}'; can't understand '{term}'"
+                ));
             }
         }
         Ok(Self(reqs))

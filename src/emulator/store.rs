@@ -46,7 +46,14 @@ pub struct ResourceInfo {
 
 impl ResourceInfo {
     /// A built-in resource type.
-    pub fn builtin(group: &str, version: &str, plural: &str, kind: &str, namespaced: bool, status: bool) -> Self {
+    pub fn builtin(
+        group: &str,
+        version: &str,
+        plural: &str,
+        kind: &str,
+        namespaced: bool,
+        status: bool,
+    ) -> Self {
         Self {
             group: group.into(),
             version: version.into(),
@@ -117,7 +124,14 @@ pub struct EventRecord {
 }
 
 impl EventRecord {
-    pub(crate) fn new(rv: u64, key: String, ns: String, etype: EventType, object: Obj, old: Option<Obj>) -> Self {
+    pub(crate) fn new(
+        rv: u64,
+        key: String,
+        ns: String,
+        etype: EventType,
+        object: Obj,
+        old: Option<Obj>,
+    ) -> Self {
         Self {
             rv,
             key,
@@ -218,7 +232,9 @@ impl SharedStore {
 }
 
 pub(crate) fn now_rfc3339() -> String {
-    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
 }
 
 fn in_seconds_rfc3339(secs: i64) -> String {
@@ -236,7 +252,9 @@ fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
     if !obj.get("metadata").is_some_and(Value::is_object) {
         obj["metadata"] = json!({});
     }
-    obj["metadata"].as_object_mut().expect("metadata is an object")
+    obj["metadata"]
+        .as_object_mut()
+        .expect("metadata is an object")
 }
 
 fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
@@ -267,7 +285,9 @@ fn spec_differs(a: &Value, b: &Value) -> bool {
         v.as_object()
             .map(|m| {
                 m.iter()
-                    .filter(|(k, _)| !matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind"))
+                    .filter(|(k, _)| {
+                        !matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind")
+                    })
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect()
             })
@@ -287,7 +307,12 @@ fn valid_name(name: &str) -> bool {
 }
 
 impl Store {
-    pub(crate) fn new(seed: u64, history_limit: usize, watch_buffer: usize, graceful: bool) -> Self {
+    pub(crate) fn new(
+        seed: u64,
+        history_limit: usize,
+        watch_buffer: usize,
+        graceful: bool,
+    ) -> Self {
         let (tx, _) = broadcast::channel(watch_buffer.max(16));
         let mut s = Self {
             rv: 0,
@@ -392,7 +417,11 @@ impl Store {
     pub fn register(&mut self, info: ResourceInfo) {
         let info = Arc::new(info);
         self.served.insert(
-            (info.group.clone(), info.version.clone(), info.plural.clone()),
+            (
+                info.group.clone(),
+                info.version.clone(),
+                info.plural.clone(),
+            ),
             info.clone(),
         );
         self.by_key.insert(info.key.clone(), info);
@@ -411,7 +440,11 @@ impl Store {
     }
 
     fn obj_key(info: &ResourceInfo, ns: Option<&str>, name: &str) -> ObjKey {
-        let ns = if info.namespaced { ns.unwrap_or("") } else { "" };
+        let ns = if info.namespaced {
+            ns.unwrap_or("")
+        } else {
+            ""
+        };
         (ns.to_string(), name.to_string())
     }
 
@@ -458,8 +491,11 @@ impl Store {
         let mut list_rv = self.rv;
         if let Some(c) = cont.filter(|c| !c.is_empty()) {
             let mut parts = c.splitn(3, '/');
-            let (Some(rv), Some(cns), Some(cname)) = (parts.next(), parts.next(), parts.next()) else {
-                return Err(ApiError::bad_request(format!("invalid continue token: {c}")));
+            let (Some(rv), Some(cns), Some(cname)) = (parts.next(), parts.next(), parts.next())
+            else {
+                return Err(ApiError::bad_request(format!(
+                    "invalid continue token: {c}"
+                )));
             };
             let rv: u64 = rv
                 .parse()
@@ -522,7 +558,12 @@ impl Store {
     }
 
     /// Set up a watch: returns the initial events and a receiver, atomically.
-    pub fn watch_start(&self, info: &ResourceInfo, ns: Option<&str>, from: Option<u64>) -> Result<WatchStart, ApiError> {
+    pub fn watch_start(
+        &self,
+        info: &ResourceInfo,
+        ns: Option<&str>,
+        from: Option<u64>,
+    ) -> Result<WatchStart, ApiError> {
         let rx = self.tx.subscribe();
         let ns = if info.namespaced { ns } else { None };
         let initial = match from {
@@ -536,15 +577,26 @@ impl Store {
                 map.range((start, Bound::Unbounded))
                     .take_while(|(k, _)| ns.is_none_or(|ns| k.0 == ns))
                     .map(|(k, o)| {
-                        let rv = meta_str(o, "resourceVersion").and_then(|r| r.parse().ok()).unwrap_or(0);
-                        Arc::new(EventRecord::new(rv, info.key.clone(), k.0.clone(), EventType::Added, o.clone(), None))
+                        let rv = meta_str(o, "resourceVersion")
+                            .and_then(|r| r.parse().ok())
+                            .unwrap_or(0);
+                        Arc::new(EventRecord::new(
+                            rv,
+                            info.key.clone(),
+                            k.0.clone(),
+                            EventType::Added,
+                            o.clone(),
+                            None,
+                        ))
                     })
                     .collect()
             }
             Some(rv) => {
                 let floor = self.history_floor.max(self.expired_floor);
                 if rv < floor {
-                    return Err(ApiError::gone(format!("too old resource version: {rv} ({floor})")));
+                    return Err(ApiError::gone(format!(
+                        "too old resource version: {rv} ({floor})"
+                    )));
                 }
                 // history is ordered by rv: binary search the start
                 let idx = self.history.partition_point(|e| e.rv <= rv);
@@ -562,8 +614,22 @@ impl Store {
         })
     }
 
-    fn emit(&mut self, info: &ResourceInfo, ns: &str, etype: EventType, object: Obj, old: Option<Obj>) {
-        let ev = Arc::new(EventRecord::new(self.rv, info.key.clone(), ns.to_string(), etype, object, old));
+    fn emit(
+        &mut self,
+        info: &ResourceInfo,
+        ns: &str,
+        etype: EventType,
+        object: Obj,
+        old: Option<Obj>,
+    ) {
+        let ev = Arc::new(EventRecord::new(
+            self.rv,
+            info.key.clone(),
+            ns.to_string(),
+            etype,
+            object,
+            old,
+        ));
         self.history.push_back(ev.clone());
         while self.history.len() > self.history_limit {
             if let Some(e) = self.history.pop_front() {
@@ -574,7 +640,13 @@ impl Store {
     }
 
     /// Store `obj` (new or replacing), bump RV, update indexes and emit an event.
-    fn put(&mut self, info: &ResourceInfo, mut obj: Value, etype: EventType, old: Option<Obj>) -> Obj {
+    fn put(
+        &mut self,
+        info: &ResourceInfo,
+        mut obj: Value,
+        etype: EventType,
+        old: Option<Obj>,
+    ) -> Obj {
         self.rv += 1;
         meta_mut(&mut obj).insert("resourceVersion".into(), json!(self.rv.to_string()));
         let ns = meta_str(&obj, "namespace").unwrap_or("").to_string();
@@ -590,7 +662,10 @@ impl Store {
                 }
             }
             for o in &new_owners {
-                self.dependents.entry(o.clone()).or_default().insert(loc.clone());
+                self.dependents
+                    .entry(o.clone())
+                    .or_default()
+                    .insert(loc.clone());
             }
         }
         if !uid.is_empty() {
@@ -644,15 +719,25 @@ impl Store {
                 continue;
             };
             let owners = owner_uids(&obj);
-            let alive: Vec<&String> = owners.iter().filter(|u| self.uids.contains_key(*u)).collect();
+            let alive: Vec<&String> = owners
+                .iter()
+                .filter(|u| self.uids.contains_key(*u))
+                .collect();
             if alive.is_empty() {
                 let _ = self.delete(&info, Some(&ns), &name, &DeleteOpts::default());
             } else {
                 // Like the real GC: drop the dangling reference, keep the object.
                 let mut o = (*obj).clone();
                 let uids = &self.uids;
-                if let Some(refs) = meta_mut(&mut o).get_mut("ownerReferences").and_then(Value::as_array_mut) {
-                    refs.retain(|r| r.get("uid").and_then(Value::as_str).is_some_and(|u| uids.contains_key(u)));
+                if let Some(refs) = meta_mut(&mut o)
+                    .get_mut("ownerReferences")
+                    .and_then(Value::as_array_mut)
+                {
+                    refs.retain(|r| {
+                        r.get("uid")
+                            .and_then(Value::as_str)
+                            .is_some_and(|u| uids.contains_key(u))
+                    });
                 }
                 self.put(&info, o, EventType::Modified, Some(obj));
             }
@@ -660,9 +745,17 @@ impl Store {
     }
 
     /// Create an object.
-    pub fn create(&mut self, info: &Arc<ResourceInfo>, ns: Option<&str>, mut obj: Value, dry_run: bool) -> Result<Obj, ApiError> {
+    pub fn create(
+        &mut self,
+        info: &Arc<ResourceInfo>,
+        ns: Option<&str>,
+        mut obj: Value,
+        dry_run: bool,
+    ) -> Result<Obj, ApiError> {
         if !obj.is_object() {
-            return Err(ApiError::bad_request("the body of the request was not a JSON object"));
+            return Err(ApiError::bad_request(
+                "the body of the request was not a JSON object",
+            ));
         }
         let body_ns = meta_str(&obj, "namespace").map(str::to_string);
         if info.namespaced {
@@ -694,7 +787,8 @@ impl Store {
                         "",
                         vec![(
                             "metadata.name".into(),
-                            "metadata.name: Required value: name or generateName is required".into(),
+                            "metadata.name: Required value: name or generateName is required"
+                                .into(),
                         )],
                     ));
                 }
@@ -714,8 +808,15 @@ impl Store {
             ));
         }
         let key = Self::obj_key(info, ns.or(body_ns.as_deref()), &name);
-        let key = (meta_str(&obj, "namespace").unwrap_or(&key.0).to_string(), key.1);
-        if self.data.get(&info.key).is_some_and(|m| m.contains_key(&key)) {
+        let key = (
+            meta_str(&obj, "namespace").unwrap_or(&key.0).to_string(),
+            key.1,
+        );
+        if self
+            .data
+            .get(&info.key)
+            .is_some_and(|m| m.contains_key(&key))
+        {
             return Err(ApiError::already_exists(&info.plural, &info.group, &name));
         }
         obj["apiVersion"] = json!(info.api_version());
@@ -769,13 +870,16 @@ impl Store {
         self.register_crd(&crd);
         let mut o = (*crd).clone();
         let now = now_rfc3339();
-        let cond = |t: &str, reason: &str| {
-            json!({"type": t, "status": "True", "reason": reason, "message": "", "lastTransitionTime": now})
-        };
+        let cond = |t: &str, reason: &str| json!({"type": t, "status": "True", "reason": reason, "message": "", "lastTransitionTime": now});
         let stored: Vec<Value> = o
             .pointer("/spec/versions")
             .and_then(Value::as_array)
-            .map(|vs| vs.iter().filter(|v| v["storage"] == json!(true)).map(|v| v["name"].clone()).collect())
+            .map(|vs| {
+                vs.iter()
+                    .filter(|v| v["storage"] == json!(true))
+                    .map(|v| v["name"].clone())
+                    .collect()
+            })
             .unwrap_or_default();
         o["status"] = json!({
             "conditions": [cond("NamesAccepted", "NoConflicts"), cond("Established", "InitialNamesAccepted")],
@@ -802,10 +906,15 @@ impl Store {
             .unwrap_or_else(|| kind.to_lowercase());
         let short_names: Vec<String> = names["shortNames"]
             .as_array()
-            .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(str::to_string))
+                    .collect()
+            })
             .unwrap_or_default();
         let namespaced = spec["scope"].as_str() != Some("Cluster");
-        self.served.retain(|_, i| i.crd_name.as_deref() != Some(name.as_str()));
+        self.served
+            .retain(|_, i| i.crd_name.as_deref() != Some(name.as_str()));
         for v in spec["versions"].as_array().cloned().unwrap_or_default() {
             if v["served"] == json!(false) {
                 continue;
@@ -832,7 +941,7 @@ impl Store {
             .served
             .values()
             .find(|i| i.crd_name.as_deref() == Some(crd_name))
-            .map(|i| i.clone());
+            .cloned();
         if let Some(info) = key {
             let keys: Vec<ObjKey> = self
                 .data
@@ -845,7 +954,8 @@ impl Store {
             self.data.remove(&info.key);
             self.by_key.remove(&info.key);
         }
-        self.served.retain(|_, i| i.crd_name.as_deref() != Some(crd_name));
+        self.served
+            .retain(|_, i| i.crd_name.as_deref() != Some(crd_name));
     }
 
     /// Replace an object (PUT, or the result of a patch) through the main or status endpoint.
@@ -860,7 +970,9 @@ impl Store {
     ) -> Result<Obj, ApiError> {
         let old = self.get(info, ns, name)?;
         if !new.is_object() {
-            return Err(ApiError::bad_request("the body of the request was not a JSON object"));
+            return Err(ApiError::bad_request(
+                "the body of the request was not a JSON object",
+            ));
         }
         if let Some(rv) = meta_str(&new, "resourceVersion").filter(|r| !r.is_empty())
             && Some(rv) != meta_str(&old, "resourceVersion")
@@ -916,7 +1028,10 @@ impl Store {
                     }
                 }
                 if spec_differs(&old, &new) {
-                    let g = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
+                    let g = old_meta
+                        .get("generation")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(1);
                     meta_mut(&mut new).insert("generation".into(), json!(g + 1));
                 }
                 new
@@ -924,7 +1039,10 @@ impl Store {
         };
         meta_mut(&mut result).insert(
             "resourceVersion".into(),
-            meta(&old).get("resourceVersion").cloned().unwrap_or(Value::Null),
+            meta(&old)
+                .get("resourceVersion")
+                .cloned()
+                .unwrap_or(Value::Null),
         );
         if info.schema.is_some() {
             validation::validate_custom(info, &mut result, Some(&old))?;
@@ -956,7 +1074,13 @@ impl Store {
     }
 
     /// Delete an object (respecting preconditions, finalizers and graceful pod deletion).
-    pub fn delete(&mut self, info: &Arc<ResourceInfo>, ns: Option<&str>, name: &str, opts: &DeleteOpts) -> Result<Obj, ApiError> {
+    pub fn delete(
+        &mut self,
+        info: &Arc<ResourceInfo>,
+        ns: Option<&str>,
+        name: &str,
+        opts: &DeleteOpts,
+    ) -> Result<Obj, ApiError> {
         let old = self.get(info, ns, name)?;
         if let Some(uid) = &opts.uid
             && Some(uid.as_str()) != meta_str(&old, "uid")
@@ -999,14 +1123,20 @@ impl Store {
         let graceful_pod = info.is("", "pods")
             && self.graceful_pod_deletion
             && opts.grace != Some(0)
-            && old.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
+            && old
+                .pointer("/spec/nodeName")
+                .and_then(Value::as_str)
+                .is_some_and(|n| !n.is_empty());
         if graceful_pod {
             if deleting {
                 return Ok(old);
             }
             let grace = opts
                 .grace
-                .or_else(|| old.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64))
+                .or_else(|| {
+                    old.pointer("/spec/terminationGracePeriodSeconds")
+                        .and_then(Value::as_i64)
+                })
                 .unwrap_or(30)
                 .max(1);
             let mut o = (*old).clone();
@@ -1016,7 +1146,10 @@ impl Store {
             return Ok(self.put(info, o, EventType::Modified, Some(old)));
         }
         if has_finalizers(&old) {
-            let grace_now = meta(&old).get("deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(0);
+            let grace_now = meta(&old)
+                .get("deletionGracePeriodSeconds")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
             if deleting && grace_now == 0 {
                 return Ok(old);
             }
@@ -1043,7 +1176,10 @@ impl Store {
                 continue;
             };
             let mut o = (*obj).clone();
-            if let Some(refs) = meta_mut(&mut o).get_mut("ownerReferences").and_then(Value::as_array_mut) {
+            if let Some(refs) = meta_mut(&mut o)
+                .get_mut("ownerReferences")
+                .and_then(Value::as_array_mut)
+            {
                 refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(owner_uid));
             }
             self.put(&info, o, EventType::Modified, Some(obj));
@@ -1052,7 +1188,12 @@ impl Store {
     }
 
     fn delete_namespace_contents(&mut self, ns: &str) {
-        let infos: Vec<Arc<ResourceInfo>> = self.by_key.values().filter(|i| i.namespaced).cloned().collect();
+        let infos: Vec<Arc<ResourceInfo>> = self
+            .by_key
+            .values()
+            .filter(|i| i.namespaced)
+            .cloned()
+            .collect();
         for info in infos {
             let names: Vec<String> = self
                 .data
@@ -1075,7 +1216,13 @@ impl Store {
     }
 
     /// `POST pods/{name}/binding`: set spec.nodeName (as kube-scheduler does).
-    pub fn bind_pod(&mut self, info: &Arc<ResourceInfo>, ns: &str, name: &str, binding: &Value) -> Result<Obj, ApiError> {
+    pub fn bind_pod(
+        &mut self,
+        info: &Arc<ResourceInfo>,
+        ns: &str,
+        name: &str,
+        binding: &Value,
+    ) -> Result<Obj, ApiError> {
         let old = self.get(info, Some(ns), name)?;
         let node = binding
             .pointer("/target/name")
@@ -1092,9 +1239,18 @@ impl Store {
         if let Some(uid) = binding.pointer("/metadata/uid").and_then(Value::as_str)
             && Some(uid) != meta_str(&old, "uid")
         {
-            return Err(ApiError::conflict("pods", "", name, "Precondition failed: UID mismatch"));
+            return Err(ApiError::conflict(
+                "pods",
+                "",
+                name,
+                "Precondition failed: UID mismatch",
+            ));
         }
-        if let Some(cur) = old.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+        if let Some(cur) = old
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+        {
             return Err(ApiError::conflict(
                 "pods",
                 "",
@@ -1103,7 +1259,12 @@ impl Store {
             ));
         }
         if meta(&old).get("deletionTimestamp").is_some() {
-            return Err(ApiError::conflict("pods", "", name, "pod is being deleted, cannot be assigned to a host"));
+            return Err(ApiError::conflict(
+                "pods",
+                "",
+                name,
+                "pod is being deleted, cannot be assigned to a host",
+            ));
         }
         let mut o = (*old).clone();
         o["spec"]["nodeName"] = json!(node);
@@ -1124,18 +1285,36 @@ impl Store {
 }
 
 fn validate_crd(crd: &Value, name: &str) -> Result<(), ApiError> {
-    let group = crd.pointer("/spec/group").and_then(Value::as_str).unwrap_or("");
-    let plural = crd.pointer("/spec/names/plural").and_then(Value::as_str).unwrap_or("");
-    let kind = crd.pointer("/spec/names/kind").and_then(Value::as_str).unwrap_or("");
+    let group = crd
+        .pointer("/spec/group")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let plural = crd
+        .pointer("/spec/names/plural")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let kind = crd
+        .pointer("/spec/names/kind")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     let mut causes = Vec::new();
     if group.is_empty() {
-        causes.push(("spec.group".to_string(), "spec.group: Required value".to_string()));
+        causes.push((
+            "spec.group".to_string(),
+            "spec.group: Required value".to_string(),
+        ));
     }
     if plural.is_empty() {
-        causes.push(("spec.names.plural".to_string(), "spec.names.plural: Required value".to_string()));
+        causes.push((
+            "spec.names.plural".to_string(),
+            "spec.names.plural: Required value".to_string(),
+        ));
     }
     if kind.is_empty() {
-        causes.push(("spec.names.kind".to_string(), "spec.names.kind: Required value".to_string()));
+        causes.push((
+            "spec.names.kind".to_string(),
+            "spec.names.kind: Required value".to_string(),
+        ));
     }
     if causes.is_empty() && name != format!("{plural}.{group}") {
         causes.push((
@@ -1143,12 +1322,21 @@ fn validate_crd(crd: &Value, name: &str) -> Result<(), ApiError> {
             format!("metadata.name: Invalid value: \"{name}\": must be spec.names.plural+\".\"+spec.group"),
         ));
     }
-    if crd.pointer("/spec/versions").and_then(Value::as_array).is_none_or(Vec::is_empty) {
+    if crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .is_none_or(Vec::is_empty)
+    {
         causes.push(("spec.versions".to_string(), "spec.versions: Invalid value: null: must have exactly one version marked as storage version".to_string()));
     }
     if causes.is_empty() {
         Ok(())
     } else {
-        Err(ApiError::invalid("CustomResourceDefinition", "apiextensions.k8s.io", name, causes))
+        Err(ApiError::invalid(
+            "CustomResourceDefinition",
+            "apiextensions.k8s.io",
+            name,
+            causes,
+        ))
     }
 }

@@ -35,14 +35,6 @@ fn type_name(v: &Value) -> &'static str {
     }
 }
 
-fn short(v: &Value) -> String {
-    match v {
-        Value::Object(_) => "\"object\"".into(),
-        Value::Array(_) => "\"array\"".into(),
-        other => other.to_string(),
-    }
-}
-
 fn flag(s: &Value, k: &str) -> bool {
     s.get(k).and_then(Value::as_bool).unwrap_or(false)
 }
@@ -88,7 +80,10 @@ fn check(s: &Value, v: &Value, path: &str, errs: &mut Errs, root: bool) {
         if !flag(s, "nullable") && s.get("type").is_some() {
             errs.push((
                 p.into(),
-                format!("{p}: Invalid value: \"null\": {p} in body must be of type {}: \"null\"", s["type"].as_str().unwrap_or("object")),
+                format!(
+                    "{p}: Invalid value: \"null\": {p} in body must be of type {}: \"null\"",
+                    s["type"].as_str().unwrap_or("object")
+                ),
             ));
         }
         return;
@@ -113,7 +108,10 @@ fn check(s: &Value, v: &Value, path: &str, errs: &mut Errs, root: bool) {
         let supported: Vec<String> = e.iter().map(Value::to_string).collect();
         errs.push((
             p.into(),
-            format!("{p}: Unsupported value: {v}: supported values: {}", supported.join(", ")),
+            format!(
+                "{p}: Unsupported value: {v}: supported values: {}",
+                supported.join(", ")
+            ),
         ));
     }
     match v {
@@ -122,21 +120,29 @@ fn check(s: &Value, v: &Value, path: &str, errs: &mut Errs, root: bool) {
             if let Some(max) = s.get("maxLength").and_then(Value::as_u64)
                 && len > max
             {
-                errs.push((p.into(), format!("{p}: Too long: may not be longer than {max}")));
+                errs.push((
+                    p.into(),
+                    format!("{p}: Too long: may not be longer than {max}"),
+                ));
             }
             if let Some(min) = s.get("minLength").and_then(Value::as_u64)
                 && len < min
             {
                 errs.push((
                     p.into(),
-                    format!("{p}: Invalid value: {v}: {p} in body should be at least {min} chars long"),
+                    format!(
+                        "{p}: Invalid value: {v}: {p} in body should be at least {min} chars long"
+                    ),
                 ));
             }
             if let Some(pat) = s.get("pattern").and_then(Value::as_str)
                 && let Ok(re) = regex::Regex::new(pat)
                 && !re.is_match(st)
             {
-                errs.push((p.into(), format!("{p}: Invalid value: {v}: {p} in body should match '{pat}'")));
+                errs.push((
+                    p.into(),
+                    format!("{p}: Invalid value: {v}: {p} in body should match '{pat}'"),
+                ));
             }
         }
         Value::Number(n) => {
@@ -144,15 +150,35 @@ fn check(s: &Value, v: &Value, path: &str, errs: &mut Errs, root: bool) {
             if let Some(min) = s.get("minimum").and_then(Value::as_f64) {
                 let excl = flag(s, "exclusiveMinimum");
                 if (excl && x <= min) || (!excl && x < min) {
-                    let rel = if excl { "greater than" } else { "greater than or equal to" };
-                    errs.push((p.into(), format!("{p}: Invalid value: {v}: {p} in body should be {rel} {}", s["minimum"])));
+                    let rel = if excl {
+                        "greater than"
+                    } else {
+                        "greater than or equal to"
+                    };
+                    errs.push((
+                        p.into(),
+                        format!(
+                            "{p}: Invalid value: {v}: {p} in body should be {rel} {}",
+                            s["minimum"]
+                        ),
+                    ));
                 }
             }
             if let Some(max) = s.get("maximum").and_then(Value::as_f64) {
                 let excl = flag(s, "exclusiveMaximum");
                 if (excl && x >= max) || (!excl && x > max) {
-                    let rel = if excl { "less than" } else { "less than or equal to" };
-                    errs.push((p.into(), format!("{p}: Invalid value: {v}: {p} in body should be {rel} {}", s["maximum"])));
+                    let rel = if excl {
+                        "less than"
+                    } else {
+                        "less than or equal to"
+                    };
+                    errs.push((
+                        p.into(),
+                        format!(
+                            "{p}: Invalid value: {v}: {p} in body should be {rel} {}",
+                            s["maximum"]
+                        ),
+                    ));
                 }
             }
         }
@@ -161,14 +187,19 @@ fn check(s: &Value, v: &Value, path: &str, errs: &mut Errs, root: bool) {
             if let Some(max) = s.get("maxItems").and_then(Value::as_u64)
                 && n > max
             {
-                errs.push((p.into(), format!("{p}: Too many: {n}: must have at most {max} items")));
+                errs.push((
+                    p.into(),
+                    format!("{p}: Too many: {n}: must have at most {max} items"),
+                ));
             }
             if let Some(min) = s.get("minItems").and_then(Value::as_u64)
                 && n < min
             {
                 errs.push((
                     p.into(),
-                    format!("{p}: Invalid value: {n}: {p} in body should have at least {min} items"),
+                    format!(
+                        "{p}: Invalid value: {n}: {p} in body should have at least {min} items"
+                    ),
                 ));
             }
             if let Some(items) = s.get("items") {
@@ -207,7 +238,10 @@ fn value_at<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
     let mut cur = obj;
     for seg in path.split('.').filter(|s| !s.is_empty()) {
         let (name, idx) = match seg.find('[') {
-            Some(i) => (&seg[..i], seg[i + 1..].trim_end_matches(']').parse::<usize>().ok()),
+            Some(i) => (
+                &seg[..i],
+                seg[i + 1..].trim_end_matches(']').parse::<usize>().ok(),
+            ),
             None => (seg, None),
         };
         cur = cur.get(name)?;
@@ -220,7 +254,11 @@ fn value_at<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
 
 /// Prune, default and validate a custom resource in place. `old` is the previous object on
 /// update (for CEL transition rules).
-pub(crate) fn validate_custom(info: &ResourceInfo, obj: &mut Value, old: Option<&Value>) -> Result<(), ApiError> {
+pub(crate) fn validate_custom(
+    info: &ResourceInfo,
+    obj: &mut Value,
+    old: Option<&Value>,
+) -> Result<(), ApiError> {
     let Some(schema) = info.schema.as_deref() else {
         return Ok(());
     };
@@ -245,7 +283,10 @@ pub(crate) fn validate_custom(info: &ResourceInfo, obj: &mut Value, old: Option<
     if errs.is_empty() {
         return Ok(());
     }
-    let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    let name = obj
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     Err(ApiError::invalid(&info.kind, &info.group, name, errs))
 }
 
@@ -289,7 +330,12 @@ mod tests {
         let e = validate_custom(&i, &mut bad, None).unwrap_err();
         assert_eq!(e.code, 422);
         assert!(e.message.contains("size too big"), "{}", e.message);
-        assert!(e.message.starts_with("Thing.example.com \"x\" is invalid: spec"), "{}", e.message);
+        assert!(
+            e.message
+                .starts_with("Thing.example.com \"x\" is invalid: spec"),
+            "{}",
+            e.message
+        );
 
         let mut bad = json!({"metadata": {"name": "x"}, "spec": {"size": "s", "mode": "c", "name": "ABCD", "tags": ["a", "b"]}});
         let e = validate_custom(&i, &mut bad, None).unwrap_err();
@@ -304,9 +350,17 @@ mod tests {
         }
         let mut bad = json!({"metadata": {"name": "x"}, "spec": {"size": 0}});
         let e = validate_custom(&i, &mut bad, None).unwrap_err();
-        assert!(e.message.contains("greater than or equal to 1"), "{}", e.message);
+        assert!(
+            e.message.contains("greater than or equal to 1"),
+            "{}",
+            e.message
+        );
         let mut bad = json!({"metadata": {"name": "x"}, "spec": {}});
         let e = validate_custom(&i, &mut bad, None).unwrap_err();
-        assert!(e.message.contains("spec.size: Required value"), "{}", e.message);
+        assert!(
+            e.message.contains("spec.size: Required value"),
+            "{}",
+            e.message
+        );
     }
 }

@@ -83,14 +83,16 @@ impl WatchCtx {
 }
 
 fn error_event(e: &ApiError) -> Bytes {
-    let mut v = serde_json::to_vec(&json!({"type": "ERROR", "object": e.to_status()})).unwrap_or_default();
+    let mut v =
+        serde_json::to_vec(&json!({"type": "ERROR", "object": e.to_status()})).unwrap_or_default();
     v.push(b'\n');
     Bytes::from(v)
 }
 
 fn streaming(rx: mpsc::Receiver<Bytes>) -> Response {
     let mut rx = rx;
-    let stream = futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|o| o.map(Ok::<_, Infallible>)));
+    let stream =
+        futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|o| o.map(Ok::<_, Infallible>)));
     Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "application/json")
@@ -133,10 +135,11 @@ pub(crate) fn serve(
         api_version: info.api_version(),
     };
     let (tx, rx) = mpsc::channel::<Bytes>(256);
-    let start = st
-        .store
-        .lock()
-        .watch_start(info, ctx.ns.as_deref(), if send_initial { None } else { rv });
+    let start = st.store.lock().watch_start(
+        info,
+        ctx.ns.as_deref(),
+        if send_initial { None } else { rv },
+    );
     let start = match start {
         Ok(s) => s,
         Err(e) => {
@@ -200,7 +203,7 @@ pub(crate) fn serve(
                 }
                 _ = &mut deadline => return,
                 _ = drop_rx.changed() => return,
-                _ = shutdown.wait_for(|v| *v) => return,
+                _ = shutdown.changed() => return,
                 _ = tx.closed() => return,
             }
         }
