@@ -178,7 +178,7 @@ async fn pod_crud_and_errors() {
     emu.shutdown().await;
 }
 
-use kube::ResourceExt;
+use kube::{Resource, ResourceExt};
 
 #[tokio::test]
 async fn delete_preconditions_and_finalizers() {
@@ -717,8 +717,20 @@ async fn raw_watch_bookmarks_selectors_and_gone() {
     .await;
     assert!(end.is_ok());
 
-    // old resourceVersion after expiry -> ERROR 410 Expired
+    // old resourceVersion after expiry -> ERROR 410 Expired (watch) / 410 (exact list)
     emu.faults().expire_resource_versions();
+    let e = pods
+        .list(
+            &ListParams::default()
+                .at(&rv)
+                .matching(kube::api::VersionMatch::Exact),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(api_code(&e), (410, "Expired".into()));
+    let fresh = pods.list(&ListParams::default()).await.unwrap();
+    let fresh_rv = fresh.metadata.resource_version.unwrap();
+    assert!(fresh_rv.parse::<u64>().unwrap() > rv.parse::<u64>().unwrap());
     let mut s = pods
         .watch(&WatchParams::default(), &rv)
         .await
@@ -735,6 +747,24 @@ async fn raw_watch_bookmarks_selectors_and_gone() {
             assert_eq!(e.reason, "Expired");
         }
         other => panic!("expected 410, got {other:?}"),
+    }
+    // a watch from the fresh list's resourceVersion works
+    let mut s = pods
+        .watch(&WatchParams::default(), &fresh_rv)
+        .await
+        .unwrap()
+        .boxed();
+    pods.create(&PostParams::default(), &pod("s2", json!({})))
+        .await
+        .unwrap();
+    match tokio::time::timeout(Duration::from_secs(5), s.try_next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+    {
+        WatchEvent::Added(p) => assert_eq!(p.name_any(), "s2"),
+        other => panic!("expected ADDED, got {other:?}"),
     }
 }
 
@@ -902,4 +932,123 @@ async fn kubectl_smoke() {
         String::from_utf8_lossy(&out.stderr)
     );
     let _ = std::fs::remove_file(dir);
+}
+
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, JsonSchema)]
+#[kube(group = "test.example.com", version = "v1", kind = "Gadget")]
+pub struct GadgetSpec {
+    size: u32,
+}
+
+#[tokio::test]
+async fn crd_created_over_http_is_served_and_discoverable() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::runtime::wait::{await_condition, conditions};
+    let emu = emu().await;
+    let client = emu.client();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.create(&PostParams::default(), &Gadget::crd())
+        .await
+        .unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        await_condition(
+            crds.clone(),
+            "gadgets.test.example.com",
+            conditions::is_crd_established(),
+        ),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let gadgets: Api<Gadget> = Api::all(client.clone());
+    gadgets
+        .create(
+            &PostParams::default(),
+            &Gadget::new("g1", GadgetSpec { size: 3 }),
+        )
+        .await
+        .unwrap();
+    let g = gadgets.get("g1").await.unwrap();
+    assert!(g.metadata.namespace.is_none(), "cluster-scoped");
+
+    let discovery = kube::discovery::Discovery::new(client.clone())
+        .run()
+        .await
+        .unwrap();
+    let (ar, caps) = discovery
+        .groups()
+        .flat_map(|g| g.recommended_resources())
+        .find(|(ar, _)| ar.kind == "Gadget")
+        .expect("Gadget discovered");
+    assert_eq!(ar.plural, "gadgets");
+    assert_eq!(caps.scope, kube::discovery::Scope::Cluster);
+
+    // deleting the CRD removes its objects and stops serving it
+    crds.delete("gadgets.test.example.com", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        api_code(&gadgets.list(&ListParams::default()).await.unwrap_err()).0,
+        404
+    );
+}
+
+#[tokio::test]
+async fn controller_reconciles_then_sends_no_writes() {
+    use kube::runtime::controller::{Action, Controller};
+    use std::sync::Arc;
+
+    async fn reconcile(w: Arc<Widget>, client: Arc<kube::Client>) -> Result<Action, kube::Error> {
+        let pods: Api<Pod> = Api::namespaced((*client).clone(), "default");
+        let name = format!("{}-pod", w.name_any());
+        if pods.get_opt(&name).await?.is_none() {
+            let mut p = pod(&name, json!({"widget": w.name_any()}));
+            p.metadata.owner_references = Some(vec![w.controller_owner_ref(&()).unwrap()]);
+            pods.create(&PostParams::default(), &p).await?;
+        }
+        Ok(Action::await_change())
+    }
+    fn error_policy(_: Arc<Widget>, _: &kube::Error, _: Arc<kube::Client>) -> Action {
+        Action::requeue(Duration::from_millis(100))
+    }
+
+    let emu = emu().await;
+    emu.install_crd(&Widget::crd()).unwrap();
+    let client = emu.client();
+    let ws: Api<Widget> = Api::namespaced(client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let ctrl = Controller::new(ws.clone(), watcher::Config::default())
+        .owns(pods.clone(), watcher::Config::default())
+        .run(reconcile, error_policy, Arc::new(client.clone()))
+        .for_each(|_| async {});
+    let handle = tokio::spawn(ctrl);
+    let w: Widget = serde_json::from_value(
+        json!({"apiVersion": "test.example.com/v1", "kind": "Widget",
+        "metadata": {"name": "w1"}, "spec": {"replicas": 1}}),
+    )
+    .unwrap();
+    ws.create(&PostParams::default(), &w).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while pods.get_opt("w1-pod").await.unwrap().is_none() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "controller never created the pod"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mark = emu.requests().mark();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        emu.requests().writes_since(mark),
+        0,
+        "{:?}",
+        emu.requests().writes_since_list(mark)
+    );
+
+    // deleting the owner garbage-collects the owned pod
+    ws.delete("w1", &DeleteParams::default()).await.unwrap();
+    assert!(pods.get_opt("w1-pod").await.unwrap().is_none());
+    handle.abort();
 }

@@ -409,8 +409,12 @@ impl Store {
     }
 
     /// Make all resourceVersions issued so far too old (see `Faults::expire_resource_versions`).
+    ///
+    /// The resourceVersion is bumped (without an event) so that every version handed out so
+    /// far is strictly older than the new floor, while a fresh list gets a usable version.
     pub fn expire_all(&mut self) {
-        self.expired_floor = self.rv + 1;
+        self.rv += 1;
+        self.expired_floor = self.rv;
     }
 
     /// Register (or replace) a served resource type.
