@@ -83,6 +83,26 @@ async fn pod_crud_and_errors() {
     assert!(meta.creation_timestamp.is_some());
     assert_eq!(meta.generation, Some(1));
     assert_eq!(created.status.unwrap().phase.as_deref(), Some("Pending"));
+    let spec = created.spec.unwrap();
+    assert_eq!(
+        spec.restart_policy.as_deref(),
+        Some("Always"),
+        "pod defaults applied"
+    );
+    assert_eq!(
+        spec.containers[0].image_pull_policy.as_deref(),
+        Some("Always")
+    );
+    // pod spec is immutable apart from images etc.
+    let e = pods
+        .patch(
+            "p1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"nodeName": "n1"}})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(api_code(&e), (422, "Invalid".into()));
 
     let e = pods
         .create(&PostParams::default(), &pod("p1", json!({})))

@@ -32,10 +32,12 @@
 //!   `$patch`-style directives stripped). Server-side apply is create-or-merge-patch: no
 //!   `managedFields`, no field-manager conflicts (`force` ignored), fields dropped from an
 //!   applied configuration are not removed.
-//! * Built-in resources are not validated or defaulted (beyond the object name); objects in
-//!   unknown namespaces are accepted. Pods get `status: {phase: Pending}` on create, services
-//!   and namespaces get an empty/Active status; custom resources with a status subresource
-//!   have `.status` dropped on create (as the real server does).
+//! * Built-in resources are not validated (beyond the object name and pod spec
+//!   immutability); defaulting covers the common pod/service fields only (see the
+//!   `defaults` module). Objects in unknown namespaces are accepted. Pods get
+//!   `status: {phase: Pending, qosClass}` on create, services and namespaces an
+//!   empty/Active status; custom resources with a status subresource have `.status` dropped
+//!   on create (as the real server does).
 //! * Custom resources: pruning, defaulting, a subset of structural validation and CEL rules
 //!   (see the `validation` module). No conversion between CRD versions: every served
 //!   version shares one storage and objects keep the apiVersion they were written with.
@@ -59,6 +61,7 @@
 //! * No-op writes return the current object without a new resourceVersion (like the real
 //!   server), but `generation` is bumped on any change outside metadata/status.
 
+mod defaults;
 mod errors;
 mod faults;
 mod http;

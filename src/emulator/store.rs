@@ -10,6 +10,7 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
+use super::defaults;
 use super::errors::ApiError;
 use super::selectors::{FieldSelector, LabelSelector};
 use super::validation;
@@ -214,6 +215,7 @@ pub struct Store {
     /// Graceful pod deletion (see `EmulatorOptions::graceful_pod_deletion`).
     pub graceful_pod_deletion: bool,
     rng: u64,
+    next_ip: u32,
 }
 
 /// Shared handle to the store.
@@ -328,6 +330,7 @@ impl Store {
             dependents: HashMap::new(),
             graceful_pod_deletion: graceful,
             rng: seed ^ 0x5DEE_CE66_D1CE_5EED,
+            next_ip: 0,
         };
         for info in [
             ResourceInfo::builtin("", "v1", "pods", "Pod", true, true),
@@ -836,11 +839,16 @@ impl Store {
             m.remove("resourceVersion");
             m.remove("managedFields");
         }
+        if info.is("", "pods") {
+            defaults::default_pod(&mut obj);
+            let qos = defaults::qos_class(&obj);
+            obj["status"] = json!({"phase": "Pending", "qosClass": qos});
+        } else if info.is("", "services") {
+            defaults::default_service(&mut obj, None, &mut self.next_ip);
+        }
         let o = obj.as_object_mut().expect("object");
         match (info.group.as_str(), info.plural.as_str()) {
-            ("", "pods") => {
-                o.insert("status".into(), json!({"phase": "Pending"}));
-            }
+            ("", "pods") => {}
             ("", "namespaces") => {
                 o.insert("status".into(), json!({"phase": "Active"}));
             }
@@ -1023,6 +1031,12 @@ impl Store {
                 }
                 new["apiVersion"] = json!(info.api_version());
                 new["kind"] = json!(info.kind);
+                if info.is("", "pods") {
+                    defaults::default_pod(&mut new);
+                    defaults::check_pod_update(&old, &new, name)?;
+                } else if info.is("", "services") {
+                    defaults::default_service(&mut new, Some(&old), &mut self.next_ip);
+                }
                 if info.status_subresource {
                     match old.get("status") {
                         Some(s) => new["status"] = s.clone(),
