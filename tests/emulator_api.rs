@@ -1072,3 +1072,57 @@ async fn controller_reconciles_then_sends_no_writes() {
     assert!(pods.get_opt("w1-pod").await.unwrap().is_none());
     handle.abort();
 }
+
+#[tokio::test]
+async fn streaming_list_watcher_and_direct_store_access() {
+    let emu = emu().await;
+    for i in 0..3 {
+        emu.create_object(
+            "v1",
+            "nodes",
+            None,
+            json!({"metadata": {"name": format!("n{i}")}, "status": {"capacity": {"cpu": "8"}}}),
+        )
+        .unwrap();
+    }
+    assert_eq!(
+        emu.requests().all().len(),
+        0,
+        "direct store access is not logged"
+    );
+    assert_eq!(emu.objects("v1", "nodes", None).len(), 3);
+    assert_eq!(
+        emu.object("v1", "nodes", None, "n1").unwrap()["status"]["capacity"]["cpu"],
+        "8"
+    );
+    let nodes: Api<Node> = Api::all(emu.client());
+    let mut s = Box::pin(watcher(
+        nodes.clone(),
+        watcher::Config::default().streaming_lists(),
+    ));
+    let mut init = 0;
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), s.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap()
+        {
+            watcher::Event::InitApply(_) => init += 1,
+            watcher::Event::InitDone => break,
+            _ => {}
+        }
+    }
+    assert_eq!(init, 3);
+    emu.create_object("v1", "nodes", None, json!({"metadata": {"name": "n9"}}))
+        .unwrap();
+    match tokio::time::timeout(Duration::from_secs(5), s.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+    {
+        watcher::Event::Apply(n) => assert_eq!(n.name_any(), "n9"),
+        other => panic!("unexpected {other:?}"),
+    }
+}

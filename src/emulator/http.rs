@@ -452,6 +452,17 @@ async fn resource(
             let kind = PatchKind::from_content_type(ct).ok_or_else(|| {
                 ApiError::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {ct})"))
             })?;
+            if kind == PatchKind::Apply && q.get("fieldManager").is_none_or(|f| f.is_empty()) {
+                return Err(ApiError::invalid(
+                    "PatchOptions",
+                    "meta.k8s.io",
+                    "",
+                    vec![(
+                        "fieldManager".into(),
+                        "fieldManager: Required value: is required for apply patch".into(),
+                    )],
+                ));
+            }
             let mut store = st.store.lock();
             let current = match store.get(&info, ns, name) {
                 Ok(c) => c,

@@ -239,6 +239,84 @@ impl Emulator {
         Ok(())
     }
 
+    fn resolve(
+        &self,
+        api_version: &str,
+        plural: &str,
+    ) -> Result<Arc<store::ResourceInfo>, ApiError> {
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        self.state
+            .store
+            .lock()
+            .find(group, version, plural)
+            .ok_or_else(|| {
+                ApiError::new(
+                    404,
+                    "NotFound",
+                    format!("resource {plural} in {api_version} is not served"),
+                )
+            })
+    }
+
+    /// Read one object directly from the store (no HTTP, not in the request log).
+    /// `api_version` is `v1` or `group/version`; `plural` e.g. `pods`.
+    pub fn object(
+        &self,
+        api_version: &str,
+        plural: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<serde_json::Value> {
+        let info = self.resolve(api_version, plural).ok()?;
+        let o = self.state.store.lock().get(&info, namespace, name).ok()?;
+        Some((*o).clone())
+    }
+
+    /// List objects directly from the store (no HTTP, not in the request log);
+    /// `namespace: None` lists all namespaces.
+    pub fn objects(
+        &self,
+        api_version: &str,
+        plural: &str,
+        namespace: Option<&str>,
+    ) -> Vec<serde_json::Value> {
+        let Ok(info) = self.resolve(api_version, plural) else {
+            return Vec::new();
+        };
+        let store = self.state.store.lock();
+        store
+            .list(
+                &info,
+                namespace,
+                &LabelSelector::default(),
+                &FieldSelector::default(),
+                None,
+                None,
+                None,
+            )
+            .map(|r| r.items.iter().map(|o| (**o).clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Create an object directly in the store (no HTTP, not in the request log), with the
+    /// same semantics as a POST (defaulting, validation, watch events). Handy for seeding
+    /// thousands of nodes/pods quickly.
+    pub fn create_object(
+        &self,
+        api_version: &str,
+        plural: &str,
+        namespace: Option<&str>,
+        object: serde_json::Value,
+    ) -> Result<serde_json::Value, ApiError> {
+        let info = self.resolve(api_version, plural)?;
+        let o = self
+            .state
+            .store
+            .lock()
+            .create(&info, namespace, object, false)?;
+        Ok((*o).clone())
+    }
+
     /// Fault-injection handle.
     pub fn faults(&self) -> Faults {
         self.state.faults.clone()
