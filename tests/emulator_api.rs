@@ -1126,3 +1126,21 @@ async fn streaming_list_watcher_and_direct_store_access() {
         other => panic!("unexpected {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn watch_timeout_ends_stream() {
+    let emu = emu().await;
+    let pods: Api<Pod> = Api::namespaced(emu.client(), "default");
+    let t = std::time::Instant::now();
+    let mut s = pods
+        .watch(&WatchParams::default().timeout(1), "0")
+        .await
+        .unwrap()
+        .boxed();
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(Ok(_)) = s.next().await {}
+    })
+    .await;
+    assert!(ended.is_ok());
+    assert!(t.elapsed() >= Duration::from_millis(900));
+}

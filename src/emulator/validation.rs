@@ -1,4 +1,5 @@
-//! Custom resource validation: pruning of unknown fields, defaulting from the CRD's
+//! Custom resource validation: pruning of unknown fields (and of nulls in non-nullable
+//! fields), defaulting from the CRD's
 //! openAPIV3Schema `default`s, structural checks (type, nullable, required, enum, pattern,
 //! minimum/maximum, minLength/maxLength, minItems/maxItems) and CEL
 //! `x-kubernetes-validations` rules evaluated with kube's client-side evaluator
@@ -54,6 +55,11 @@ fn prune(s: &Value, v: &mut Value, keep_meta: bool) {
                         || (keep_meta && matches!(k.as_str(), "apiVersion" | "kind" | "metadata"))
                 });
             }
+            // Like the real server: nulls for non-nullable fields are dropped before defaulting.
+            m.retain(|k, v| {
+                let sub = props.and_then(|p| p.get(k)).or(addl_schema);
+                !(v.is_null() && sub.is_some_and(|s| !flag(s, "nullable")))
+            });
             for (k, child) in m.iter_mut() {
                 if keep_meta && k == "metadata" {
                     continue;
@@ -320,7 +326,7 @@ mod tests {
                 }
             }
         }));
-        let mut ok = json!({"apiVersion": "example.com/v1", "kind": "Thing", "metadata": {"name": "x"}, "spec": {"size": 2, "junk": 1}});
+        let mut ok = json!({"apiVersion": "example.com/v1", "kind": "Thing", "metadata": {"name": "x"}, "spec": {"size": 2, "junk": 1, "mode": null}});
         validate_custom(&i, &mut ok, None).unwrap();
         assert_eq!(ok["spec"]["mode"], "a");
         assert!(ok["spec"].get("junk").is_none());
