@@ -27,11 +27,12 @@
 //! # Differences from the real API server (deliberate approximations)
 //! * No authentication, authorization, admission webhooks, ValidatingAdmissionPolicies,
 //!   quota, or API priority and fairness. No protobuf, no Table output, no aggregated
-//!   discovery (plain JSON is returned; clients fall back to it), no `/openapi` (404).
+//!   discovery (plain JSON is returned; clients fall back to it), no `/openapi` (404), so
+//!   `kubectl apply`/`create` need `--validate=false` (get/label/delete/describe/watch work).
 //! * Strategic merge patch is applied as a JSON merge patch (lists replaced wholesale,
 //!   `$patch`-style directives stripped). Server-side apply is create-or-merge-patch: no
 //!   `managedFields`, no field-manager conflicts (`force` ignored), fields dropped from an
-//!   applied configuration are not removed.
+//!   applied configuration are not removed (`fieldManager` is still required, 422 if not).
 //! * Built-in resources are not validated (beyond the object name and pod spec
 //!   immutability); defaulting covers the common pod/service fields only (see the
 //!   `defaults` module). Objects in unknown namespaces are accepted. Pods get
