@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod constants;
+<<<<<<< HEAD
 pub mod error;
 pub mod inventory;
 pub mod operator;
@@ -10,3 +11,6 @@ pub mod planner;
 #[doc(hidden)]
 pub mod testing;
 pub mod tpu;
+=======
+pub mod emulator;
+>>>>>>> emulator

@@ -1,0 +1,515 @@
+//! HTTP routing: discovery endpoints and the resource REST API.
+//!
+//! Discovery: kubectl asks for aggregated discovery (`apidiscovery.k8s.io/v2`) and for
+//! `Table` output through the Accept header; the emulator always answers with plain JSON
+//! (legacy `APIVersions`/`APIGroupList`/`APIResourceList` documents and full objects), which
+//! clients accept as the fallback they list last in Accept. `/openapi/*` returns 404.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::errors::ApiError;
+use super::faults::{Faults, Verb};
+use super::patch::{PatchKind, apply_patch, parse_apply_body};
+use super::requests::RequestLog;
+use super::selectors::{FieldSelector, LabelSelector};
+use super::store::{DeleteOpts, Obj, ResourceInfo, SharedStore, WriteMode};
+use super::watch;
+
+/// Shared server state.
+pub(crate) struct AppState {
+    pub store: SharedStore,
+    pub faults: Faults,
+    pub log: RequestLog,
+    pub drop_watches: Arc<tokio::sync::watch::Sender<u64>>,
+    pub shutdown: tokio::sync::watch::Receiver<bool>,
+    pub bookmark_interval: Duration,
+    pub addr: SocketAddr,
+}
+
+pub(crate) fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .fallback(handle)
+        .layer(DefaultBodyLimit::disable())
+        .with_state(state)
+}
+
+fn json_response(code: u16, v: &impl Serialize) -> Response {
+    let body = serde_json::to_vec(v).unwrap_or_default();
+    Response::builder()
+        .status(StatusCode::from_u16(code).unwrap_or(StatusCode::OK))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body))
+        .unwrap_or_default()
+}
+
+fn error_response(e: &ApiError) -> Response {
+    let mut r = json_response(e.code, &e.to_status());
+    if e.code == 429 {
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    r
+}
+
+async fn handle(State(st): State<Arc<AppState>>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let bytes = axum::body::to_bytes(body, usize::MAX)
+        .await
+        .unwrap_or_default();
+    let path = parts.uri.path().to_string();
+    let query = parts.uri.query().unwrap_or("").to_string();
+    let q: HashMap<String, String> =
+        axum::extract::Query::<HashMap<String, String>>::try_from_uri(&parts.uri)
+            .map(|q| q.0)
+            .unwrap_or_default();
+    let ct = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let resp = match dispatch(&st, &parts.method, &path, &q, &parts.headers, &bytes).await {
+        Ok(r) => r,
+        Err(e) => error_response(&e),
+    };
+    st.log.record(
+        parts.method.as_str(),
+        &path,
+        &query,
+        ct,
+        &bytes,
+        resp.status().as_u16(),
+    );
+    resp
+}
+
+fn not_found() -> ApiError {
+    ApiError::new(
+        404,
+        "NotFound",
+        "the server could not find the requested resource",
+    )
+}
+
+async fn dispatch(
+    st: &Arc<AppState>,
+    method: &Method,
+    path: &str,
+    q: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let get = method == Method::GET;
+    match segs.as_slice() {
+        ["version"] if get => Ok(json_response(200, &version())),
+        ["healthz" | "readyz" | "livez"] if get => Ok("ok".into_response()),
+        ["api"] if get => Ok(json_response(
+            200,
+            &json!({
+                "kind": "APIVersions",
+                "versions": ["v1"],
+                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": st.addr.to_string()}],
+            }),
+        )),
+        ["apis"] if get => Ok(json_response(200, &group_list(st))),
+        ["api", "v1"] if get => Ok(json_response(200, &resource_list(st, "", "v1")?)),
+        ["apis", g] if get => {
+            let list = group_list(st);
+            list["groups"]
+                .as_array()
+                .and_then(|gs| gs.iter().find(|x| x["name"] == json!(g)))
+                .map(|grp| {
+                    let mut grp = grp.clone();
+                    grp["kind"] = json!("APIGroup");
+                    grp["apiVersion"] = json!("v1");
+                    json_response(200, &grp)
+                })
+                .ok_or_else(not_found)
+        }
+        ["apis", g, v] if get => Ok(json_response(200, &resource_list(st, g, v)?)),
+        ["api", "v1", rest @ ..] => resource(st, method, "", "v1", rest, q, headers, body).await,
+        ["apis", g, v, rest @ ..] => resource(st, method, g, v, rest, q, headers, body).await,
+        _ => Err(not_found()),
+    }
+}
+
+fn version() -> Value {
+    json!({
+        "major": "1",
+        "minor": "35",
+        "gitVersion": "v1.35.0-emulator",
+        "gitCommit": "0000000000000000000000000000000000000000",
+        "gitTreeState": "clean",
+        "buildDate": "2026-01-01T00:00:00Z",
+        "goVersion": "go1.24.0",
+        "compiler": "gc",
+        "platform": "linux/amd64"
+    })
+}
+
+fn group_list(st: &AppState) -> Value {
+    let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for info in st.store.lock().served() {
+        if info.group.is_empty() {
+            continue;
+        }
+        let vs = groups.entry(info.group.clone()).or_default();
+        if !vs.contains(&info.version) {
+            vs.push(info.version.clone());
+        }
+    }
+    let groups: Vec<Value> = groups
+        .into_iter()
+        .map(|(g, vs)| {
+            let versions: Vec<Value> = vs
+                .iter()
+                .map(|v| json!({"groupVersion": format!("{g}/{v}"), "version": v}))
+                .collect();
+            json!({"name": g, "versions": versions, "preferredVersion": versions[0]})
+        })
+        .collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+fn resource_list(st: &AppState, group: &str, version: &str) -> Result<Value, ApiError> {
+    let infos: Vec<Arc<ResourceInfo>> = st
+        .store
+        .lock()
+        .served()
+        .into_iter()
+        .filter(|i| i.group == group && i.version == version)
+        .collect();
+    if infos.is_empty() {
+        return Err(not_found());
+    }
+    let mut resources = Vec::new();
+    for i in infos {
+        let mut r = json!({
+            "name": i.plural,
+            "singularName": i.singular,
+            "namespaced": i.namespaced,
+            "kind": i.kind,
+            "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
+        });
+        if !i.short_names.is_empty() {
+            r["shortNames"] = json!(i.short_names);
+        }
+        resources.push(r);
+        if i.status_subresource {
+            resources.push(json!({
+                "name": format!("{}/status", i.plural), "singularName": "", "namespaced": i.namespaced,
+                "kind": i.kind, "verbs": ["get", "patch", "update"],
+            }));
+        }
+        if i.group.is_empty() && i.plural == "pods" {
+            resources.push(json!({
+                "name": "pods/binding", "singularName": "", "namespaced": true,
+                "kind": "Binding", "verbs": ["create"],
+            }));
+        }
+    }
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    Ok(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
+    )
+}
+
+#[derive(Serialize)]
+struct ListOut<'a> {
+    kind: String,
+    #[serde(rename = "apiVersion")]
+    api_version: String,
+    metadata: Value,
+    items: Vec<&'a Value>,
+}
+
+fn list_response(
+    info: &ResourceInfo,
+    items: &[Obj],
+    rv: u64,
+    cont: Option<String>,
+    remaining: Option<u64>,
+) -> Response {
+    let mut metadata = json!({"resourceVersion": rv.to_string()});
+    if let Some(c) = cont {
+        metadata["continue"] = json!(c);
+    }
+    if let Some(r) = remaining {
+        metadata["remainingItemCount"] = json!(r);
+    }
+    json_response(
+        200,
+        &ListOut {
+            kind: format!("{}List", info.kind),
+            api_version: info.api_version(),
+            metadata,
+            items: items.iter().map(|o| &**o).collect(),
+        },
+    )
+}
+
+fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(body)
+        .or_else(|_| serde_yaml::from_slice(body))
+        .map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}")))
+}
+
+fn selectors(q: &HashMap<String, String>) -> Result<(LabelSelector, FieldSelector), ApiError> {
+    let l = LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))
+        .map_err(ApiError::bad_request)?;
+    let f = FieldSelector::parse(q.get("fieldSelector").map(String::as_str).unwrap_or(""))
+        .map_err(ApiError::bad_request)?;
+    Ok((l, f))
+}
+
+fn delete_opts(q: &HashMap<String, String>, body: &[u8]) -> Result<DeleteOpts, ApiError> {
+    let mut o = DeleteOpts::default();
+    if !body.is_empty() {
+        let b = parse_body(body)?;
+        o.uid = b
+            .pointer("/preconditions/uid")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        o.rv = b
+            .pointer("/preconditions/resourceVersion")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        o.grace = b.get("gracePeriodSeconds").and_then(Value::as_i64);
+        o.propagation = b
+            .get("propagationPolicy")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        if b.get("orphanDependents") == Some(&json!(true)) {
+            o.propagation = Some("Orphan".into());
+        }
+        o.dry_run = b
+            .get("dryRun")
+            .and_then(Value::as_array)
+            .is_some_and(|a| !a.is_empty());
+    }
+    if let Some(g) = q.get("gracePeriodSeconds").and_then(|g| g.parse().ok()) {
+        o.grace = Some(g);
+    }
+    if let Some(p) = q.get("propagationPolicy") {
+        o.propagation = Some(p.clone());
+    }
+    if q.contains_key("dryRun") {
+        o.dry_run = true;
+    }
+    Ok(o)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn resource(
+    st: &Arc<AppState>,
+    method: &Method,
+    group: &str,
+    version: &str,
+    rest: &[&str],
+    q: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    // Resolve the path into (resource, namespace, name, subresource).
+    let (info, ns, name, sub) = {
+        let store = st.store.lock();
+        let namespaced_form = rest.len() >= 3
+            && rest[0] == "namespaces"
+            && store
+                .find(group, version, rest[2])
+                .is_some_and(|i| i.namespaced);
+        if namespaced_form {
+            let info = store.find(group, version, rest[2]).ok_or_else(not_found)?;
+            if rest.len() > 5 {
+                return Err(not_found());
+            }
+            (
+                info,
+                Some(rest[1].to_string()),
+                rest.get(3).copied(),
+                rest.get(4).copied(),
+            )
+        } else {
+            if rest.is_empty() || rest.len() > 3 {
+                return Err(not_found());
+            }
+            let info = store.find(group, version, rest[0]).ok_or_else(not_found)?;
+            if info.namespaced && rest.len() > 1 {
+                return Err(not_found());
+            }
+            (info, None, rest.get(1).copied(), rest.get(2).copied())
+        }
+    };
+    let is_pods = info.group.is_empty() && info.plural == "pods";
+    match sub {
+        None => {}
+        Some("status") if info.status_subresource => {}
+        Some("binding") if is_pods && method == Method::POST => {}
+        Some(_) => return Err(not_found()),
+    }
+    let watch = q.get("watch").is_some_and(|w| w == "true" || w == "1");
+    let verb = match (method.clone(), name) {
+        (Method::GET, Some(_)) => Verb::Get,
+        (Method::GET, None) if watch => Verb::Watch,
+        (Method::GET, None) => Verb::List,
+        (Method::POST, _) => Verb::Create,
+        (Method::PUT, Some(_)) => Verb::Update,
+        (Method::PATCH, Some(_)) => Verb::Patch,
+        (Method::DELETE, Some(_)) => Verb::Delete,
+        (Method::DELETE, None) => Verb::DeleteCollection,
+        _ => return Err(ApiError::method_not_allowed()),
+    };
+    if let Some(d) = st.faults.latency(verb) {
+        tokio::time::sleep(d).await;
+    }
+    if let Some(code) = st.faults.check(verb, &info.plural) {
+        return Err(match (code, name) {
+            (409, Some(n)) => ApiError::stale(&info.plural, &info.group, n),
+            _ => ApiError::for_code(code, format!("injected fault for {verb:?} {}", info.plural)),
+        });
+    }
+    let ns = ns.as_deref();
+    let dry_run = q.contains_key("dryRun");
+    let mode = if sub == Some("status") {
+        WriteMode::Status
+    } else {
+        WriteMode::Main
+    };
+    match verb {
+        Verb::Get => {
+            let o = st.store.lock().get(&info, ns, name.unwrap_or_default())?;
+            Ok(json_response(200, &*o))
+        }
+        Verb::List => {
+            let (l, f) = selectors(q)?;
+            let limit = q.get("limit").and_then(|l| l.parse::<usize>().ok());
+            let exact = if q.get("resourceVersionMatch").is_some_and(|m| m == "Exact") {
+                q.get("resourceVersion").and_then(|r| r.parse::<u64>().ok())
+            } else {
+                None
+            };
+            let r = st.store.lock().list(
+                &info,
+                ns,
+                &l,
+                &f,
+                limit,
+                q.get("continue").map(String::as_str),
+                exact,
+            )?;
+            Ok(list_response(&info, &r.items, r.rv, r.cont, r.remaining))
+        }
+        Verb::Watch => watch::serve(st, &info, ns.map(str::to_string), q),
+        Verb::Create => {
+            let v = parse_body(body)?;
+            if sub == Some("binding") {
+                st.store.lock().bind_pod(
+                    &info,
+                    ns.unwrap_or("default"),
+                    name.unwrap_or_default(),
+                    &v,
+                )?;
+                return Ok(json_response(
+                    201,
+                    &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+                ));
+            }
+            if name.is_some() {
+                return Err(ApiError::method_not_allowed());
+            }
+            let o = st.store.lock().create(&info, ns, v, dry_run)?;
+            Ok(json_response(201, &*o))
+        }
+        Verb::Update => {
+            let v = parse_body(body)?;
+            let o =
+                st.store
+                    .lock()
+                    .update(&info, ns, name.unwrap_or_default(), v, mode, dry_run)?;
+            Ok(json_response(200, &*o))
+        }
+        Verb::Patch => {
+            let name = name.unwrap_or_default();
+            let ct = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let kind = PatchKind::from_content_type(ct).ok_or_else(|| {
+                ApiError::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {ct})"))
+            })?;
+            if kind == PatchKind::Apply && q.get("fieldManager").is_none_or(|f| f.is_empty()) {
+                return Err(ApiError::invalid(
+                    "PatchOptions",
+                    "meta.k8s.io",
+                    "",
+                    vec![(
+                        "fieldManager".into(),
+                        "fieldManager: Required value: is required for apply patch".into(),
+                    )],
+                ));
+            }
+            let mut store = st.store.lock();
+            let current = match store.get(&info, ns, name) {
+                Ok(c) => c,
+                Err(e) if kind == PatchKind::Apply && mode == WriteMode::Main => {
+                    // Server-side apply of a missing object creates it.
+                    let _ = e;
+                    let mut v = parse_apply_body(body)?;
+                    if !v.get("metadata").is_some_and(Value::is_object) {
+                        v["metadata"] = json!({});
+                    }
+                    v["metadata"]["name"] = json!(name);
+                    let o = store.create(&info, ns, v, dry_run)?;
+                    return Ok(json_response(201, &*o));
+                }
+                Err(e) => return Err(e),
+            };
+            let patched = apply_patch(kind, &current, body)?;
+            let o = store.update(&info, ns, name, patched, mode, dry_run)?;
+            Ok(json_response(200, &*o))
+        }
+        Verb::Delete => {
+            let opts = delete_opts(q, body)?;
+            let o = st
+                .store
+                .lock()
+                .delete(&info, ns, name.unwrap_or_default(), &opts)?;
+            Ok(json_response(200, &*o))
+        }
+        Verb::DeleteCollection => {
+            let (l, f) = selectors(q)?;
+            let opts = delete_opts(q, body)?;
+            let mut store = st.store.lock();
+            let r = store.list(&info, ns, &l, &f, None, None, None)?;
+            let mut out = Vec::new();
+            for o in &r.items {
+                let n = o
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                let ons = o.pointer("/metadata/namespace").and_then(Value::as_str);
+                if let Ok(d) = store.delete(&info, ons, n, &opts) {
+                    out.push(d);
+                }
+            }
+            let rv = store.current_rv();
+            drop(store);
+            Ok(list_response(&info, &out, rv, None, None))
+        }
+    }
+}
