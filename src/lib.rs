@@ -2,3 +2,4 @@
 //! slice-operator: elastic, multi-host TPU training clusters on Kubernetes.
 
 pub mod constants;
+pub mod sim;
