@@ -160,3 +160,41 @@ pub async fn evict_pod(client: &Client, namespace: &str, pod: &str) -> Result<()
     api.evict(pod, &EvictParams::default()).await?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::kubelet::running_status_patch;
+    use crate::sim::sched::tests::tpu_pod;
+
+    fn running() -> Pod {
+        let mut p = tpu_pod("a", 4);
+        let patch = running_status_patch(&p, None);
+        p.status = serde_json::from_value(patch["status"].clone()).unwrap();
+        p
+    }
+
+    #[test]
+    fn crash_increments_restart_count() {
+        let p = running();
+        let patch = crash_status_patch(&p, Some("trainer"), 137).unwrap();
+        let c = &patch["status"]["containerStatuses"][0];
+        assert_eq!(c["restartCount"], 1);
+        assert_eq!(c["lastState"]["terminated"]["exitCode"], 137);
+        assert!(c["state"]["running"].is_object());
+        assert!(crash_status_patch(&p, Some("nope"), 1).is_err());
+        assert!(crash_status_patch(&tpu_pod("b", 4), None, 1).is_err());
+    }
+
+    #[test]
+    fn fail_sets_phase_and_exit_code() {
+        let patch = fail_status_patch(&running(), 1);
+        assert_eq!(patch["status"]["phase"], "Failed");
+        let c = &patch["status"]["containerStatuses"][0];
+        assert_eq!(c["state"]["terminated"]["exitCode"], 1);
+        assert_eq!(c["ready"], false);
+        let conds = patch["status"]["conditions"].as_array().unwrap();
+        assert!(conds.iter().any(|c| c["type"] == "Ready" && c["status"] == "False"));
+        assert!(conds.iter().any(|c| c["type"] == "PodScheduled" && c["status"] == "True"));
+    }
+}

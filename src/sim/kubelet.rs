@@ -664,3 +664,162 @@ async fn run_loop(client: Client, options: KubeletOptions, mut stop: watch::Rece
     node_task.abort();
     tracing::info!("fake kubelet stopped");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::nodes::{NodePoolSpec, build_node};
+    use crate::sim::sched::tests::tpu_pod;
+    use http::{Request, Response};
+    use kube::client::Body;
+    use tower_test::mock;
+
+    fn nodes() -> Vec<Arc<Node>> {
+        let spec = NodePoolSpec::new("pool-0", "tpu-v6e-slice", "4x4");
+        (0..4).map(|h| Arc::new(build_node(&spec, h).unwrap())).collect()
+    }
+
+    fn core(start_delay: Duration) -> KubeletCore {
+        KubeletCore::new(&KubeletOptions {
+            start_delay,
+            ..Default::default()
+        })
+    }
+
+    fn bind_to(p: &Pod, node: &str) -> Pod {
+        let mut p = p.clone();
+        p.spec.as_mut().unwrap().node_name = Some(node.into());
+        p
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn binds_then_starts_after_delay() {
+        let mut k = core(Duration::from_secs(1));
+        let nodes = nodes();
+        let pod = tpu_pod("a", 4);
+        let t0 = Instant::now();
+        let actions = k.plan(&[Arc::new(pod.clone())], &nodes, t0);
+        assert_eq!(
+            actions,
+            vec![KubeletAction::Bind {
+                namespace: "ns".into(),
+                name: "a".into(),
+                uid: "uid-a".into(),
+                node: "pool-0-0".into()
+            }]
+        );
+        k.issued(&actions[0], t0);
+        // the binding is not visible yet: nothing is planned again
+        assert!(k.plan(&[Arc::new(pod.clone())], &nodes, t0).is_empty());
+        let b = Arc::new(bind_to(&pod, "pool-0-0"));
+        assert!(k.plan(std::slice::from_ref(&b), &nodes, t0).is_empty());
+        let later = t0 + Duration::from_secs(1);
+        let actions = k.plan(std::slice::from_ref(&b), &nodes, later);
+        assert!(matches!(&actions[..], [KubeletAction::Start { name, patch, .. }]
+            if name == "a" && patch["status"]["phase"] == "Running"
+            && patch["status"]["containerStatuses"][0]["ready"] == true
+            && patch["status"]["containerStatuses"][0]["restartCount"] == 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn assumed_binding_counts_against_free_chips() {
+        let mut k = core(Duration::ZERO);
+        let spec = NodePoolSpec::new("solo", "tpu-v6e-slice", "2x2");
+        let nodes = vec![Arc::new(build_node(&spec, 0).unwrap())];
+        let t0 = Instant::now();
+        let a = Arc::new(tpu_pod("a", 4));
+        let b = Arc::new(tpu_pod("b", 4));
+        let actions = k.plan(&[a.clone(), b.clone()], &nodes, t0);
+        assert_eq!(actions.len(), 1);
+        k.issued(&actions[0], t0);
+        assert!(k.plan(&[a, b], &nodes, t0).is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn terminating_orphaned_and_not_ready() {
+        let mut k = core(Duration::ZERO);
+        let mut nodes = nodes();
+        let t0 = Instant::now();
+        let mut term = bind_to(&tpu_pod("t", 4), "pool-0-0");
+        term.metadata.deletion_timestamp = serde_json::from_value(serde_json::json!("2026-01-01T00:00:00Z")).ok();
+        let orphan = bind_to(&tpu_pod("o", 4), "pool-0-3");
+        let mut running = bind_to(&tpu_pod("r", 4), "pool-0-1");
+        let patch = running_status_patch(&running, None);
+        running.status = serde_json::from_value(patch["status"].clone()).ok();
+        let pods = vec![Arc::new(term), Arc::new(orphan), Arc::new(running)];
+        let first = k.plan(&pods, &nodes, t0);
+        assert!(first.iter().all(|a| !matches!(a, KubeletAction::Start { name, .. } if name == "r")));
+        // node pool-0-3 disappears; pool-0-1 goes NotReady
+        nodes.pop();
+        let mut nr = (*nodes[1]).clone();
+        nr.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "False".into();
+        nodes[1] = Arc::new(nr);
+        let mut k2 = core(Duration::ZERO);
+        k2.plan(&pods, &self::nodes(), t0); // learns the four nodes
+        let acts = k2.plan(&pods, &nodes, t0 + Duration::from_secs(1));
+        let acts2 = k2.plan(&pods, &nodes, t0 + Duration::from_secs(2));
+        let all: Vec<_> = acts.iter().chain(acts2.iter()).collect();
+        assert!(all.iter().any(|a| matches!(a, KubeletAction::Delete { name, reason: DeleteReason::Terminating, .. } if name == "t")));
+        assert!(all.iter().any(|a| matches!(a, KubeletAction::Delete { name, reason: DeleteReason::NodeGone, .. } if name == "o")));
+        assert!(all.iter().any(|a| matches!(a, KubeletAction::SetReady { name, ready: false, .. } if name == "r")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unknown_nodes_left_alone_with_node_selector() {
+        let mut k = KubeletCore::new(&KubeletOptions {
+            node_selector: Some("sim.slices.dev/fake=true".into()),
+            ..Default::default()
+        });
+        let elsewhere = Arc::new(bind_to(&tpu_pod("e", 0), "kind-control-plane"));
+        assert!(k.plan(&[elsewhere], &nodes(), Instant::now()).is_empty());
+    }
+
+    #[tokio::test]
+    async fn binding_request_shape() {
+        let (svc, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+        let client = kube::Client::new(svc, "default");
+        let server = tokio::spawn(async move {
+            let (req, send) = handle.next_request().await.expect("request");
+            assert_eq!(req.method(), http::Method::POST);
+            assert_eq!(req.uri().path(), "/api/v1/namespaces/ns/pods/NAME/binding");
+            let body = req.into_body().collect_bytes().await.unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(v["kind"], "Binding");
+            assert_eq!(v["apiVersion"], "v1");
+            assert_eq!(v["metadata"]["name"], "NAME");
+            assert_eq!(v["target"]["kind"], "Node");
+            assert_eq!(v["target"]["name"], "pool-0-1");
+            let status = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "metadata": {}});
+            send.send_response(
+                Response::builder()
+                    .body(Body::from(serde_json::to_vec(&status).unwrap()))
+                    .unwrap(),
+            );
+        });
+        bind_pod(&client, "ns", "NAME", "uid-1", "pool-0-1").await.unwrap();
+        server.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn force_delete_request_shape() {
+        let (svc, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+        let client = kube::Client::new(svc, "default");
+        let server = tokio::spawn(async move {
+            let (req, send) = handle.next_request().await.expect("request");
+            assert_eq!(req.method(), http::Method::DELETE);
+            assert_eq!(req.uri().path(), "/api/v1/namespaces/ns/pods/p");
+            let body = req.into_body().collect_bytes().await.unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(v["gracePeriodSeconds"], 0);
+            assert_eq!(v["preconditions"]["uid"], "u");
+            let status = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "metadata": {}});
+            send.send_response(
+                Response::builder()
+                    .body(Body::from(serde_json::to_vec(&status).unwrap()))
+                    .unwrap(),
+            );
+        });
+        force_delete_pod(&client, "ns", "p", "u").await.unwrap();
+        server.await.unwrap();
+    }
+}

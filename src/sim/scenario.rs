@@ -763,3 +763,123 @@ pub async fn run_timeline(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        let d = |s| parse_duration(s).unwrap();
+        assert_eq!(d("10s"), Duration::from_secs(10));
+        assert_eq!(d("1m30s"), Duration::from_secs(90));
+        assert_eq!(d("500ms"), Duration::from_millis(500));
+        assert_eq!(d("2h"), Duration::from_secs(7200));
+        assert_eq!(d("1.5s"), Duration::from_millis(1500));
+        assert_eq!(d("3"), Duration::from_secs(3));
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("10").is_ok());
+        assert!(parse_duration("10x").is_err());
+        assert!(parse_duration("s").is_err());
+        assert_eq!(format_duration(Duration::from_secs(90)), "1m30s");
+        assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
+        assert_eq!(format_duration(Duration::ZERO), "0s");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn duration_round_trip(ms in 0u64..100_000_000) {
+            let d = Duration::from_millis(ms);
+            proptest::prop_assert_eq!(parse_duration(&format_duration(d)).unwrap(), d);
+        }
+    }
+
+    #[test]
+    fn example_default_parses() {
+        let s = Scenario::from_yaml(include_str!("../../examples/default.yaml")).unwrap();
+        assert_eq!(s.name, "default");
+        assert_eq!(s.node_pools.len(), 3);
+        assert!(s.node_pools.iter().all(|p| p.hosts().unwrap() == 4));
+        let tc = &s.train_clusters[0];
+        assert_eq!(tc["kind"], "TrainCluster");
+        assert_eq!(tc["spec"]["membership"], "Multislice");
+        assert_eq!(tc["spec"]["elastic"]["resizeIntervalSeconds"], 5);
+        assert_eq!(tc["spec"]["workerGroups"][0]["slices"]["max"], 3);
+        assert_eq!(
+            tc["spec"]["workerGroups"][0]["template"]["spec"]["containers"][0]["resources"]["requests"]
+                ["google.com/tpu"],
+            4
+        );
+        assert_eq!(s.kubelet.start_delay, Some(SimDuration(Duration::from_secs(1))));
+        let actions: Vec<String> = s.timeline.iter().map(|st| st.action.describe()).collect();
+        assert_eq!(
+            actions,
+            [
+                "wait",
+                "crashContainer [slices.dev/cluster=demo,slices.dev/group=workers,slices.dev/host-index=2,slices.dev/replica-index=1] exit 137",
+                "preemptSlice pool-2",
+                "restoreSlice pool-2",
+                "wait"
+            ]
+        );
+        assert!(matches!(&s.timeline[0].after, Some(After { condition: Condition::PodsRunning { count: 12, .. }, timeout: Some(_) })));
+        assert_eq!(s.timeline[2].at, Some(SimDuration(Duration::from_secs(20))));
+        let t = s.preemption_timing(None, None);
+        assert_eq!(t.removal, Duration::from_secs(3));
+    }
+
+    #[test]
+    fn example_independent_parses() {
+        let s = Scenario::from_yaml(include_str!("../../examples/independent.yaml")).unwrap();
+        assert_eq!(s.train_clusters[0]["spec"]["membership"], "Independent");
+        assert!(s.timeline.iter().any(|st| matches!(&st.action, Action::FailPod { exit_code: 1, .. })));
+        assert!(s.timeline.iter().any(|st| matches!(&st.action, Action::PatchTrainCluster { set, .. } if set.contains_key("spec.workerGroups.0.slices.max"))));
+    }
+
+    #[test]
+    fn round_trips_through_yaml() {
+        let s = Scenario::from_yaml(include_str!("../../examples/default.yaml")).unwrap();
+        let text = serde_yaml::to_string(&s).unwrap();
+        assert_eq!(Scenario::from_yaml(&text).unwrap(), s);
+    }
+
+    #[test]
+    fn validation_errors() {
+        let base = "name: x\nnodePools:\n  - {name: a, accelerator: tpu-v6e-slice, topology: 4x4}\n";
+        assert!(Scenario::from_yaml(&format!("{base}timeline:\n  - preemptSlice: {{pool: zz}}\n")).is_err());
+        assert!(Scenario::from_yaml(&format!("{base}  - {{name: a, accelerator: tpu-v6e-slice, topology: 4x4}}\n")).is_err());
+        assert!(Scenario::from_yaml(&format!("{base}timeline:\n  - bogus: {{}}\n")).is_err());
+        let ok = Scenario::from_yaml(&format!(
+            "{base}timeline:\n  - addSlices: {{pools: [{{name: b, accelerator: tpu-v6e-slice, topology: 2x2}}]}}\n  - at: 1s\n    preemptSlice: {{pool: b, notice: 100ms}}\n  - deletePod: {{pod: {{name: p}}}}\n"
+        ))
+        .unwrap();
+        assert_eq!(ok.timeline.len(), 3);
+        assert_eq!(ok.namespace, "default");
+    }
+
+    #[test]
+    fn paths() {
+        let mut v = serde_json::json!({"spec": {"workerGroups": [{"slices": {"max": 3}}]}});
+        set_path(&mut v, "spec.workerGroups.0.slices.max", serde_json::json!(2)).unwrap();
+        assert_eq!(get_path(&v, "spec.workerGroups.0.slices.max"), Some(&serde_json::json!(2)));
+        set_path(&mut v, "spec.suspend", serde_json::json!(true)).unwrap();
+        assert_eq!(v["spec"]["suspend"], true);
+        set_path(&mut v, "status.phase", serde_json::json!("Running")).unwrap();
+        assert_eq!(v["status"]["phase"], "Running");
+        assert!(set_path(&mut v, "spec.workerGroups.5.x", serde_json::json!(1)).is_err());
+    }
+
+    #[test]
+    fn pod_ref_selector() {
+        let r = PodRef {
+            cluster: Some("demo".into()),
+            replica: Some(1),
+            host: Some(2),
+            ..Default::default()
+        };
+        assert_eq!(
+            r.label_selector(),
+            "slices.dev/cluster=demo,slices.dev/host-index=2,slices.dev/replica-index=1"
+        );
+    }
+}

@@ -345,3 +345,244 @@ pub fn schedule(pending: &[&Pod], nodes: &[&Node], bound: &[&Pod]) -> Vec<Placem
     }
     out
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::sim::nodes::{NodePoolSpec, build_node, taint};
+    use k8s_openapi::api::core::v1::{
+        Affinity, Container, NodeAffinity, NodeSelector, PodSpec, PodStatus, ResourceRequirements,
+    };
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use proptest::prelude::*;
+
+    pub(crate) fn tpu_pod(name: &str, chips: u64) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.name = Some(name.into());
+        p.metadata.namespace = Some("ns".into());
+        p.metadata.uid = Some(format!("uid-{name}"));
+        p.spec = Some(PodSpec {
+            containers: vec![Container {
+                name: "trainer".into(),
+                resources: Some(ResourceRequirements {
+                    limits: Some(BTreeMap::from([(TPU_RESOURCE.into(), Quantity(chips.to_string()))])),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        p
+    }
+
+    fn bound(mut p: Pod, node: &str) -> Pod {
+        p.spec.as_mut().unwrap().node_name = Some(node.into());
+        p
+    }
+
+    fn pool_nodes(pool: &str) -> Vec<Node> {
+        let spec = NodePoolSpec::new(pool, "tpu-v6e-slice", "4x4");
+        (0..4).map(|h| build_node(&spec, h).unwrap()).collect()
+    }
+
+    fn with_selector(mut p: Pod, k: &str, v: &str) -> Pod {
+        p.spec.as_mut().unwrap().node_selector = Some(BTreeMap::from([(k.into(), v.into())]));
+        p
+    }
+
+    #[test]
+    fn requests_default_to_limits_and_init_max() {
+        let mut p = tpu_pod("a", 4);
+        assert_eq!(pod_tpu_request(&p), 4);
+        let mut init = p.spec.as_ref().unwrap().containers[0].clone();
+        init.resources.as_mut().unwrap().limits =
+            Some(BTreeMap::from([(TPU_RESOURCE.into(), Quantity("8".into()))]));
+        p.spec.as_mut().unwrap().init_containers = Some(vec![init]);
+        assert_eq!(pod_tpu_request(&p), 8);
+        assert_eq!(parse_count("4000m"), 4);
+        assert_eq!(parse_count("x"), 0);
+    }
+
+    #[test]
+    fn fit_checks() {
+        let nodes = pool_nodes("pool-0");
+        let n = &nodes[0];
+        let p = tpu_pod("a", 4);
+        assert_eq!(check_fit(&p, n, 0), Ok(()));
+        assert_eq!(
+            check_fit(&p, n, 1),
+            Err(Unfit::InsufficientTpu { requested: 4, free: 3 })
+        );
+        // nodeSelector
+        let sel = with_selector(tpu_pod("b", 4), NODE_LABEL_NODEPOOL, "pool-1");
+        assert_eq!(check_fit(&sel, n, 0), Err(Unfit::NodeSelector));
+        let sel = with_selector(tpu_pod("b", 4), NODE_LABEL_NODEPOOL, "pool-0");
+        assert_eq!(check_fit(&sel, n, 0), Ok(()));
+        // taints
+        let mut tainted = n.clone();
+        tainted.spec.as_mut().unwrap().taints = Some(vec![taint(
+            crate::constants::TAINT_IMPENDING_TERMINATION,
+            "NoSchedule",
+        )]);
+        assert!(matches!(check_fit(&p, &tainted, 0), Err(Unfit::UntoleratedTaint(_))));
+        let mut tol = p.clone();
+        tol.spec.as_mut().unwrap().tolerations = Some(vec![Toleration {
+            operator: Some("Exists".into()),
+            ..Default::default()
+        }]);
+        assert_eq!(check_fit(&tol, &tainted, 0), Ok(()));
+        // PreferNoSchedule is ignored
+        tainted.spec.as_mut().unwrap().taints = Some(vec![taint("x", "PreferNoSchedule")]);
+        assert_eq!(check_fit(&p, &tainted, 0), Ok(()));
+        // cordon
+        let mut cordoned = n.clone();
+        cordoned.spec.as_mut().unwrap().unschedulable = Some(true);
+        assert_eq!(check_fit(&p, &cordoned, 0), Err(Unfit::Unschedulable));
+        // not ready
+        let mut nr = n.clone();
+        nr.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "False".into();
+        assert_eq!(check_fit(&p, &nr, 0), Err(Unfit::NodeNotReady));
+    }
+
+    fn with_affinity(mut p: Pod, op: &str, key: &str, values: &[&str]) -> Pod {
+        p.spec.as_mut().unwrap().affinity = Some(Affinity {
+            node_affinity: Some(NodeAffinity {
+                required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                    node_selector_terms: vec![NodeSelectorTerm {
+                        match_expressions: Some(vec![NodeSelectorRequirement {
+                            key: key.into(),
+                            operator: op.into(),
+                            values: Some(values.iter().map(|s| s.to_string()).collect()),
+                        }]),
+                        match_fields: None,
+                    }],
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        p
+    }
+
+    #[test]
+    fn node_affinity_operators() {
+        let n = &pool_nodes("pool-0")[0];
+        let p = || tpu_pod("a", 1);
+        let ok = |p: &Pod| check_fit(p, n, 0).is_ok();
+        assert!(ok(&with_affinity(p(), "In", NODE_LABEL_NODEPOOL, &["pool-0", "pool-9"])));
+        assert!(!ok(&with_affinity(p(), "In", NODE_LABEL_NODEPOOL, &["pool-9"])));
+        assert!(ok(&with_affinity(p(), "NotIn", NODE_LABEL_NODEPOOL, &["pool-9"])));
+        assert!(!ok(&with_affinity(p(), "NotIn", NODE_LABEL_NODEPOOL, &["pool-0"])));
+        assert!(ok(&with_affinity(p(), "Exists", NODE_LABEL_NODEPOOL, &[])));
+        assert!(!ok(&with_affinity(p(), "Exists", "missing", &[])));
+        assert!(ok(&with_affinity(p(), "DoesNotExist", "missing", &[])));
+    }
+
+    #[test]
+    fn usage_ignores_terminal_pods() {
+        let mut failed = bound(tpu_pod("f", 4), "n");
+        failed.status = Some(PodStatus {
+            phase: Some("Failed".into()),
+            ..Default::default()
+        });
+        let used = tpu_usage([&failed, &bound(tpu_pod("r", 2), "n")]);
+        assert_eq!(used.get("n"), Some(&2));
+    }
+
+    #[test]
+    fn group_key_keeps_a_slice_in_one_pool() {
+        let mut nodes = pool_nodes("pool-a");
+        nodes.extend(pool_nodes("pool-b"));
+        // pool-a-0 is taken by another group, so group g must go to pool-b as a whole.
+        let mut other = bound(tpu_pod("other", 4), "pool-a-0");
+        other.metadata.labels = Some(BTreeMap::from([(LABEL_GROUP_KEY.into(), "h".into())]));
+        let pods: Vec<Pod> = (0..4)
+            .map(|i| {
+                let mut p = tpu_pod(&format!("g-{i}"), 4);
+                p.metadata.labels = Some(BTreeMap::from([(LABEL_GROUP_KEY.into(), "g".into())]));
+                p
+            })
+            .collect();
+        let pending: Vec<&Pod> = pods.iter().collect();
+        let node_refs: Vec<&Node> = nodes.iter().collect();
+        let placed = schedule(&pending, &node_refs, &[&other]);
+        let targets: Vec<&str> = placed.iter().map(|(_, n)| n.as_str()).collect();
+        assert_eq!(targets, ["pool-b-0", "pool-b-1", "pool-b-2", "pool-b-3"]);
+    }
+
+    #[test]
+    fn placement_is_first_fit_by_name() {
+        let mut nodes = pool_nodes("pool-1");
+        nodes.extend(pool_nodes("pool-0"));
+        let pods: Vec<Pod> = (0..5).map(|i| tpu_pod(&format!("p{i}"), 4)).collect();
+        let pending: Vec<&Pod> = pods.iter().collect();
+        let node_refs: Vec<&Node> = nodes.iter().collect();
+        let placed = schedule(&pending, &node_refs, &[]);
+        let targets: Vec<&str> = placed.iter().map(|(_, n)| n.as_str()).collect();
+        assert_eq!(targets, ["pool-0-0", "pool-0-1", "pool-0-2", "pool-0-3", "pool-1-0"]);
+    }
+
+    fn arb_node(i: usize) -> impl Strategy<Value = Node> {
+        (1u32..=8, any::<bool>(), any::<bool>(), any::<bool>()).prop_map(
+            move |(chips, ready, tainted, cordoned)| {
+                let spec = NodePoolSpec {
+                    chips_per_host: Some(chips),
+                    hosts: Some(1),
+                    ..NodePoolSpec::new(&format!("p{i}"), "tpu-v6e-slice", "2x4")
+                };
+                let mut n = build_node(&spec, 0).unwrap();
+                if !ready {
+                    n.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status =
+                        "False".into();
+                }
+                if tainted {
+                    n.spec.as_mut().unwrap().taints = Some(vec![taint(
+                        crate::constants::TAINT_NOT_READY,
+                        "NoExecute",
+                    )]);
+                }
+                if cordoned {
+                    n.spec.as_mut().unwrap().unschedulable = Some(true);
+                }
+                n
+            },
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn placement_never_overcommits_or_uses_bad_nodes(
+            nodes in (1usize..6).prop_flat_map(|k| (0..k).map(arb_node).collect::<Vec<_>>()),
+            requests in proptest::collection::vec(0u64..6, 0..12),
+            prebound in proptest::collection::vec((0usize..6, 1u64..4), 0..4),
+        ) {
+            let pods: Vec<Pod> = requests.iter().enumerate().map(|(i, c)| tpu_pod(&format!("x{i}"), *c)).collect();
+            let pre: Vec<Pod> = prebound.iter().enumerate()
+                .map(|(i, (n, c))| bound(tpu_pod(&format!("b{i}"), *c), &format!("p{}-0", n % nodes.len())))
+                .collect();
+            let pending: Vec<&Pod> = pods.iter().collect();
+            let node_refs: Vec<&Node> = nodes.iter().collect();
+            let pre_refs: Vec<&Pod> = pre.iter().collect();
+            let placed = schedule(&pending, &node_refs, &pre_refs);
+            let mut used = tpu_usage(pre_refs.iter().copied());
+            let mut seen = std::collections::BTreeSet::new();
+            for (i, node_name) in &placed {
+                prop_assert!(seen.insert(*i));
+                let node = nodes.iter().find(|n| n.metadata.name.as_deref() == Some(node_name.as_str())).unwrap();
+                prop_assert!(node_is_ready(node));
+                prop_assert!(node.spec.as_ref().unwrap().taints.is_none());
+                prop_assert!(node.spec.as_ref().unwrap().unschedulable != Some(true));
+                *used.entry(node_name.clone()).or_insert(0) += pod_tpu_request(&pods[*i]);
+            }
+            for n in &nodes {
+                let name = n.metadata.name.clone().unwrap();
+                let pre_used: u64 = tpu_usage(pre_refs.iter().copied()).get(&name).copied().unwrap_or(0);
+                let alloc = node_tpu_allocatable(n);
+                // new placements never push a node over its allocatable
+                if used.get(&name).copied().unwrap_or(0) > pre_used {
+                    prop_assert!(used[&name] <= alloc);
+                }
+            }
+        }
+    }
+}
