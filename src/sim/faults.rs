@@ -10,7 +10,11 @@ use super::{SimError, now_rfc3339};
 /// Status patch of a container crash that the kubelet already restarted: `restartCount + 1`,
 /// `lastState.terminated` with `exit_code`, state running again. `container` defaults to the
 /// first container.
-pub fn crash_status_patch(pod: &Pod, container: Option<&str>, exit_code: i32) -> Result<serde_json::Value, SimError> {
+pub fn crash_status_patch(
+    pod: &Pod,
+    container: Option<&str>,
+    exit_code: i32,
+) -> Result<serde_json::Value, SimError> {
     let pod_name = pod.metadata.name.clone().unwrap_or_default();
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let mut statuses = pod
@@ -19,7 +23,9 @@ pub fn crash_status_patch(pod: &Pod, container: Option<&str>, exit_code: i32) ->
         .and_then(|s| s.container_statuses.clone())
         .unwrap_or_default();
     if statuses.is_empty() {
-        return Err(SimError::Invalid(format!("pod {pod_name} has no container statuses (not running)")));
+        return Err(SimError::Invalid(format!(
+            "pod {pod_name} has no container statuses (not running)"
+        )));
     }
     let idx = match container {
         None => 0,
@@ -60,7 +66,11 @@ pub fn crash_status_patch(pod: &Pod, container: Option<&str>, exit_code: i32) ->
 pub fn fail_status_patch(pod: &Pod, exit_code: i32) -> serde_json::Value {
     let now = now_rfc3339();
     let uid = pod.metadata.uid.clone().unwrap_or_default();
-    let names: Vec<(String, String, i32)> = match pod.status.as_ref().and_then(|s| s.container_statuses.as_ref()) {
+    let names: Vec<(String, String, i32)> = match pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+    {
         Some(cs) if !cs.is_empty() => cs
             .iter()
             .map(|c| (c.name.clone(), c.image.clone(), c.restart_count))
@@ -101,7 +111,9 @@ pub fn fail_status_patch(pod: &Pod, exit_code: i32) -> serde_json::Value {
         .filter_map(|c| serde_json::to_value(c).ok())
         .collect();
     for t in ["Ready", "ContainersReady"] {
-        conditions.push(json!({"type": t, "status": "False", "reason": "PodFailed", "lastTransitionTime": now}));
+        conditions.push(
+            json!({"type": t, "status": "False", "reason": "PodFailed", "lastTransitionTime": now}),
+        );
     }
     json!({"status": {
         "phase": "Failed",
@@ -129,7 +141,12 @@ pub async fn crash_container(
 }
 
 /// Fails a pod (see [`fail_status_patch`]).
-pub async fn fail_pod(client: &Client, namespace: &str, pod: &str, exit_code: i32) -> Result<(), SimError> {
+pub async fn fail_pod(
+    client: &Client,
+    namespace: &str,
+    pod: &str,
+    exit_code: i32,
+) -> Result<(), SimError> {
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let p = api.get(pod).await?;
     let patch = fail_status_patch(&p, exit_code);
@@ -194,7 +211,15 @@ mod tests {
         assert_eq!(c["state"]["terminated"]["exitCode"], 1);
         assert_eq!(c["ready"], false);
         let conds = patch["status"]["conditions"].as_array().unwrap();
-        assert!(conds.iter().any(|c| c["type"] == "Ready" && c["status"] == "False"));
-        assert!(conds.iter().any(|c| c["type"] == "PodScheduled" && c["status"] == "True"));
+        assert!(
+            conds
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "False")
+        );
+        assert!(
+            conds
+                .iter()
+                .any(|c| c["type"] == "PodScheduled" && c["status"] == "True")
+        );
     }
 }

@@ -120,10 +120,18 @@ impl KubeletAction {
 
     /// `namespace/name` of the pod acted on.
     pub fn pod(&self) -> String {
-        let (KubeletAction::Bind { namespace, name, .. }
-        | KubeletAction::Start { namespace, name, .. }
-        | KubeletAction::SetReady { namespace, name, .. }
-        | KubeletAction::Delete { namespace, name, .. }) = self;
+        let (KubeletAction::Bind {
+            namespace, name, ..
+        }
+        | KubeletAction::Start {
+            namespace, name, ..
+        }
+        | KubeletAction::SetReady {
+            namespace, name, ..
+        }
+        | KubeletAction::Delete {
+            namespace, name, ..
+        }) = self;
         format!("{namespace}/{name}")
     }
 }
@@ -186,7 +194,12 @@ pub fn pod_ip(uid: &str) -> String {
     let h = uid
         .bytes()
         .fold(7u32, |acc, b| acc.wrapping_mul(31).wrapping_add(b as u32));
-    format!("10.{}.{}.{}", 64 + h % 64, (h >> 8) % 256, 1 + (h >> 16) % 254)
+    format!(
+        "10.{}.{}.{}",
+        64 + h % 64,
+        (h >> 8) % 256,
+        1 + (h >> 16) % 254
+    )
 }
 
 /// Status patch making a pod Running with every container started and ready.
@@ -197,7 +210,11 @@ pub fn running_status_patch(pod: &Pod, node: Option<&Node>) -> serde_json::Value
         .status
         .as_ref()
         .and_then(|s| s.container_statuses.as_ref())
-        .map(|cs| cs.iter().map(|c| (c.name.clone(), c.restart_count)).collect())
+        .map(|cs| {
+            cs.iter()
+                .map(|c| (c.name.clone(), c.restart_count))
+                .collect()
+        })
         .unwrap_or_default();
     let containers: Vec<serde_json::Value> = pod
         .spec
@@ -309,7 +326,12 @@ impl KubeletCore {
 
     /// One pass: what to do given the current pods and nodes. Call [`Self::issued`] for each
     /// action executed.
-    pub fn plan(&mut self, pods: &[Arc<Pod>], nodes: &[Arc<Node>], now: Instant) -> Vec<KubeletAction> {
+    pub fn plan(
+        &mut self,
+        pods: &[Arc<Pod>],
+        nodes: &[Arc<Node>],
+        now: Instant,
+    ) -> Vec<KubeletAction> {
         let mut pods: Vec<&Pod> = pods.iter().map(|p| p.as_ref()).collect();
         pods.sort_by_key(|p| (p.metadata.namespace.clone(), p.metadata.name.clone()));
         let node_map: HashMap<&str, &Node> = nodes
@@ -320,14 +342,17 @@ impl KubeletCore {
             self.known_nodes.insert(n.to_string());
             self.missing_since.remove(*n);
         }
-        let live: HashSet<&str> = pods.iter().filter_map(|p| p.metadata.uid.as_deref()).collect();
+        let live: HashSet<&str> = pods
+            .iter()
+            .filter_map(|p| p.metadata.uid.as_deref())
+            .collect();
         let retry = self.retry_after;
-        self.inflight
-            .retain(|(uid, _), t| live.contains(uid.as_str()) && now.duration_since(*t) < retry * 4);
-        self.bound_seen.retain(|uid, _| live.contains(uid.as_str()));
-        self.assumed.retain(|uid, (_, t)| {
-            live.contains(uid.as_str()) && now.duration_since(*t) < retry
+        self.inflight.retain(|(uid, _), t| {
+            live.contains(uid.as_str()) && now.duration_since(*t) < retry * 4
         });
+        self.bound_seen.retain(|uid, _| live.contains(uid.as_str()));
+        self.assumed
+            .retain(|uid, (_, t)| live.contains(uid.as_str()) && now.duration_since(*t) < retry);
 
         let mut actions = Vec::new();
         let mut pending: Vec<&Pod> = Vec::new();
@@ -354,7 +379,10 @@ impl KubeletCore {
                         continue;
                     }
                     let Some(node) = node else {
-                        let since = *self.missing_since.entry(node_name.to_string()).or_insert(now);
+                        let since = *self
+                            .missing_since
+                            .entry(node_name.to_string())
+                            .or_insert(now);
                         if now.duration_since(since) >= self.orphan_grace {
                             actions.push(KubeletAction::Delete {
                                 namespace,
@@ -438,12 +466,21 @@ impl KubeletCore {
 
     fn schedulable(&self, pod: &Pod) -> bool {
         let Some(spec) = &pod.spec else { return false };
-        if spec.scheduling_gates.as_ref().is_some_and(|g| !g.is_empty()) {
+        if spec
+            .scheduling_gates
+            .as_ref()
+            .is_some_and(|g| !g.is_empty())
+        {
             return false;
         }
         match &self.scheduler_name {
             None => true,
-            Some(want) => spec.scheduler_name.as_deref().unwrap_or("default-scheduler") == want,
+            Some(want) => {
+                spec.scheduler_name
+                    .as_deref()
+                    .unwrap_or("default-scheduler")
+                    == want
+            }
         }
     }
 }
@@ -467,7 +504,13 @@ pub fn binding_for(namespace: &str, name: &str, uid: &str, node: &str) -> Bindin
 }
 
 /// Binds a pod to a node through the `binding` subresource.
-pub async fn bind_pod(client: &Client, namespace: &str, name: &str, uid: &str, node: &str) -> Result<(), kube::Error> {
+pub async fn bind_pod(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+    node: &str,
+) -> Result<(), kube::Error> {
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let binding = binding_for(namespace, name, uid, node);
     let _: serde_json::Value = api
@@ -477,7 +520,12 @@ pub async fn bind_pod(client: &Client, namespace: &str, name: &str, uid: &str, n
 }
 
 /// Deletes a pod with grace period 0, only if it still has `uid` (when given).
-pub async fn force_delete_pod(client: &Client, namespace: &str, name: &str, uid: &str) -> Result<(), kube::Error> {
+pub async fn force_delete_pod(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+) -> Result<(), kube::Error> {
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let mut dp = DeleteParams::default().grace_period(0);
     if !uid.is_empty() {
@@ -578,7 +626,11 @@ impl Drop for FakeKubelet {
     }
 }
 
-fn spawn_reflector<K>(api: Api<K>, cfg: watcher::Config, notify: Arc<Notify>) -> (Store<K>, JoinHandle<()>)
+fn spawn_reflector<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+    notify: Arc<Notify>,
+) -> (Store<K>, JoinHandle<()>)
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
@@ -619,7 +671,8 @@ async fn run_loop(client: Client, options: KubeletOptions, mut stop: watch::Rece
         node_cfg = node_cfg.labels(sel);
     }
     let (pod_store, pod_task) = spawn_reflector(pods_api, pod_cfg, notify.clone());
-    let (node_store, node_task) = spawn_reflector(Api::<Node>::all(client.clone()), node_cfg, notify.clone());
+    let (node_store, node_task) =
+        spawn_reflector(Api::<Node>::all(client.clone()), node_cfg, notify.clone());
     let ready = async {
         let _ = pod_store.wait_until_ready().await;
         let _ = node_store.wait_until_ready().await;
@@ -676,7 +729,9 @@ mod tests {
 
     fn nodes() -> Vec<Arc<Node>> {
         let spec = NodePoolSpec::new("pool-0", "tpu-v6e-slice", "4x4");
-        (0..4).map(|h| Arc::new(build_node(&spec, h).unwrap())).collect()
+        (0..4)
+            .map(|h| Arc::new(build_node(&spec, h).unwrap()))
+            .collect()
     }
 
     fn core(start_delay: Duration) -> KubeletCore {
@@ -692,8 +747,8 @@ mod tests {
         p
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn binds_then_starts_after_delay() {
+    #[test]
+    fn binds_then_starts_after_delay() {
         let mut k = core(Duration::from_secs(1));
         let nodes = nodes();
         let pod = tpu_pod("a", 4);
@@ -715,14 +770,16 @@ mod tests {
         assert!(k.plan(std::slice::from_ref(&b), &nodes, t0).is_empty());
         let later = t0 + Duration::from_secs(1);
         let actions = k.plan(std::slice::from_ref(&b), &nodes, later);
-        assert!(matches!(&actions[..], [KubeletAction::Start { name, patch, .. }]
+        assert!(
+            matches!(&actions[..], [KubeletAction::Start { name, patch, .. }]
             if name == "a" && patch["status"]["phase"] == "Running"
             && patch["status"]["containerStatuses"][0]["ready"] == true
-            && patch["status"]["containerStatuses"][0]["restartCount"] == 0));
+            && patch["status"]["containerStatuses"][0]["restartCount"] == 0)
+        );
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn assumed_binding_counts_against_free_chips() {
+    #[test]
+    fn assumed_binding_counts_against_free_chips() {
         let mut k = core(Duration::ZERO);
         let spec = NodePoolSpec::new("solo", "tpu-v6e-slice", "2x2");
         let nodes = vec![Arc::new(build_node(&spec, 0).unwrap())];
@@ -735,20 +792,25 @@ mod tests {
         assert!(k.plan(&[a, b], &nodes, t0).is_empty());
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn terminating_orphaned_and_not_ready() {
+    #[test]
+    fn terminating_orphaned_and_not_ready() {
         let mut k = core(Duration::ZERO);
         let mut nodes = nodes();
         let t0 = Instant::now();
         let mut term = bind_to(&tpu_pod("t", 4), "pool-0-0");
-        term.metadata.deletion_timestamp = serde_json::from_value(serde_json::json!("2026-01-01T00:00:00Z")).ok();
+        term.metadata.deletion_timestamp =
+            serde_json::from_value(serde_json::json!("2026-01-01T00:00:00Z")).ok();
         let orphan = bind_to(&tpu_pod("o", 4), "pool-0-3");
         let mut running = bind_to(&tpu_pod("r", 4), "pool-0-1");
         let patch = running_status_patch(&running, None);
         running.status = serde_json::from_value(patch["status"].clone()).ok();
         let pods = vec![Arc::new(term), Arc::new(orphan), Arc::new(running)];
         let first = k.plan(&pods, &nodes, t0);
-        assert!(first.iter().all(|a| !matches!(a, KubeletAction::Start { name, .. } if name == "r")));
+        assert!(
+            first
+                .iter()
+                .all(|a| !matches!(a, KubeletAction::Start { name, .. } if name == "r"))
+        );
         // node pool-0-3 disappears; pool-0-1 goes NotReady
         nodes.pop();
         let mut nr = (*nodes[1]).clone();
@@ -761,11 +823,13 @@ mod tests {
         let all: Vec<_> = acts.iter().chain(acts2.iter()).collect();
         assert!(all.iter().any(|a| matches!(a, KubeletAction::Delete { name, reason: DeleteReason::Terminating, .. } if name == "t")));
         assert!(all.iter().any(|a| matches!(a, KubeletAction::Delete { name, reason: DeleteReason::NodeGone, .. } if name == "o")));
-        assert!(all.iter().any(|a| matches!(a, KubeletAction::SetReady { name, ready: false, .. } if name == "r")));
+        assert!(all.iter().any(
+            |a| matches!(a, KubeletAction::SetReady { name, ready: false, .. } if name == "r")
+        ));
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn unknown_nodes_left_alone_with_node_selector() {
+    #[test]
+    fn unknown_nodes_left_alone_with_node_selector() {
         let mut k = KubeletCore::new(&KubeletOptions {
             node_selector: Some("sim.slices.dev/fake=true".into()),
             ..Default::default()
@@ -796,7 +860,9 @@ mod tests {
                     .unwrap(),
             );
         });
-        bind_pod(&client, "ns", "NAME", "uid-1", "pool-0-1").await.unwrap();
+        bind_pod(&client, "ns", "NAME", "uid-1", "pool-0-1")
+            .await
+            .unwrap();
         server.await.unwrap();
     }
 

@@ -51,7 +51,9 @@ pub enum SimError {
 
 /// Now, as an RFC 3339 timestamp with whole seconds (the Kubernetes `Time` format).
 pub fn now_rfc3339() -> String {
-    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
 }
 
 /// `slice-operator fake-kubelet`: creates the pools that are missing, then runs a fake

@@ -81,10 +81,16 @@ impl NodePoolSpec {
     /// Chips per host, given or derived.
     pub fn chips_per_host(&self) -> Result<u32, SimError> {
         match self.chips_per_host {
-            Some(0) => Err(SimError::Invalid(format!("pool {}: chipsPerHost 0", self.name))),
+            Some(0) => Err(SimError::Invalid(format!(
+                "pool {}: chipsPerHost 0",
+                self.name
+            ))),
             Some(c) => Ok(c),
             None => default_chips_per_host(&self.accelerator, &self.topology).ok_or_else(|| {
-                SimError::Invalid(format!("pool {}: bad topology {:?}", self.name, self.topology))
+                SimError::Invalid(format!(
+                    "pool {}: bad topology {:?}",
+                    self.name, self.topology
+                ))
             }),
         }
     }
@@ -95,7 +101,10 @@ impl NodePoolSpec {
             return Ok(h);
         }
         let chips = topology_chips(&self.topology).ok_or_else(|| {
-            SimError::Invalid(format!("pool {}: bad topology {:?}", self.name, self.topology))
+            SimError::Invalid(format!(
+                "pool {}: bad topology {:?}",
+                self.name, self.topology
+            ))
         })?;
         let per = self.chips_per_host()?;
         if chips % per != 0 {
@@ -109,7 +118,9 @@ impl NodePoolSpec {
 
     /// Node names of the pool, in host order.
     pub fn node_names(&self) -> Result<Vec<String>, SimError> {
-        Ok((0..self.hosts()?).map(|i| format!("{}-{i}", self.name)).collect())
+        Ok((0..self.hosts()?)
+            .map(|i| format!("{}-{i}", self.name))
+            .collect())
     }
 }
 
@@ -136,11 +147,20 @@ pub fn node_ip(pool: &str, host: u32) -> String {
     let h = pool
         .bytes()
         .fold(17u32, |acc, b| acc.wrapping_mul(31).wrapping_add(b as u32));
-    format!("10.{}.{}.{}", 128 + (h % 64), (h >> 8) % 256, 2 + host % 250)
+    format!(
+        "10.{}.{}.{}",
+        128 + (h % 64),
+        (h >> 8) % 256,
+        2 + host % 250
+    )
 }
 
 /// Status of a node (Ready or not): capacity/allocatable, Ready condition and address.
-pub fn node_status(spec: &NodePoolSpec, host: u32, ready: bool) -> Result<serde_json::Value, SimError> {
+pub fn node_status(
+    spec: &NodePoolSpec,
+    host: u32,
+    ready: bool,
+) -> Result<serde_json::Value, SimError> {
     let chips = spec.chips_per_host()?.to_string();
     let resources = json!({
         TPU_RESOURCE: chips,
@@ -284,7 +304,12 @@ pub async fn set_taints(
 }
 
 /// Adds a taint (if no taint with that key and effect exists).
-pub async fn add_taint(client: &Client, node: &str, key: &str, effect: &str) -> Result<(), SimError> {
+pub async fn add_taint(
+    client: &Client,
+    node: &str,
+    key: &str,
+    effect: &str,
+) -> Result<(), SimError> {
     set_taints(client, node, |ts| {
         if !ts.iter().any(|t| t.key == key && t.effect == effect) {
             ts.push(taint(key, effect));
@@ -305,7 +330,10 @@ pub async fn set_node_ready(client: &Client, node: &str, ready: bool) -> Result<
             ts.retain(|t| t.key != TAINT_NOT_READY);
         } else {
             for effect in ["NoSchedule", "NoExecute"] {
-                if !ts.iter().any(|t| t.key == TAINT_NOT_READY && t.effect == effect) {
+                if !ts
+                    .iter()
+                    .any(|t| t.key == TAINT_NOT_READY && t.effect == effect)
+                {
                     ts.push(taint(TAINT_NOT_READY, effect));
                 }
             }

@@ -23,12 +23,16 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
+};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::nodes::{self, NodePoolSpec, PreemptionTiming};
 use super::{SimError, faults};
-use crate::constants::{API_GROUP, LABEL_CLUSTER, LABEL_GROUP, LABEL_HOST_INDEX, LABEL_REPLICA_INDEX};
+use crate::constants::{
+    API_GROUP, LABEL_CLUSTER, LABEL_GROUP, LABEL_HOST_INDEX, LABEL_REPLICA_INDEX,
+};
 
 /// Parses `10s`, `1m30s`, `500ms`, `2h`, `1.5s`, or a bare number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -48,9 +52,13 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         if num_end == 0 {
             return Err(format!("{s:?}: expected a number"));
         }
-        let value: f64 = rest[..num_end].parse().map_err(|_| format!("{s:?}: bad number"))?;
+        let value: f64 = rest[..num_end]
+            .parse()
+            .map_err(|_| format!("{s:?}: bad number"))?;
         let after = &rest[num_end..];
-        let unit_end = after.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(after.len());
+        let unit_end = after
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(after.len());
         let unit = after[..unit_end].trim();
         let secs = match unit {
             "ms" => value / 1000.0,
@@ -266,9 +274,13 @@ pub enum Action {
         removal: Option<SimDuration>,
     },
     /// Recreate (or make Ready again) a pool of the scenario.
-    RestoreSlice { pool: String },
+    RestoreSlice {
+        pool: String,
+    },
     /// Add new pools.
-    AddSlices { pools: Vec<NodePoolSpec> },
+    AddSlices {
+        pools: Vec<NodePoolSpec>,
+    },
     #[serde(rename_all = "camelCase")]
     CrashContainer {
         pod: PodRef,
@@ -289,11 +301,21 @@ pub enum Action {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         grace_period_seconds: Option<u32>,
     },
-    EvictPod { pod: PodRef },
-    NodeNotReady { node: String },
-    NodeReady { node: String },
-    CordonNode { node: String },
-    UncordonNode { node: String },
+    EvictPod {
+        pod: PodRef,
+    },
+    NodeNotReady {
+        node: String,
+    },
+    NodeReady {
+        node: String,
+    },
+    CordonNode {
+        node: String,
+    },
+    UncordonNode {
+        node: String,
+    },
     /// JSON merge patch of a TrainCluster (`patch`) and/or dotted-path assignments (`set`,
     /// e.g. `spec.workerGroups.0.slices.max: 2`, applied by read-modify-replace).
     PatchTrainCluster {
@@ -306,7 +328,9 @@ pub enum Action {
         set: BTreeMap<String, serde_json::Value>,
     },
     /// Create (or merge-patch) a TrainCluster from a manifest.
-    ApplyTrainCluster { manifest: serde_json::Value },
+    ApplyTrainCluster {
+        manifest: serde_json::Value,
+    },
     /// Do nothing (a checkpoint for `at`/`after`).
     Wait {},
 }
@@ -323,12 +347,18 @@ impl Action {
             Action::RestoreSlice { pool } => format!("restoreSlice {pool}"),
             Action::AddSlices { pools } => format!(
                 "addSlices {}",
-                pools.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(",")
+                pools
+                    .iter()
+                    .map(|p| p.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(",")
             ),
             Action::CrashContainer { pod, exit_code, .. } => {
                 format!("crashContainer {} exit {exit_code}", pod.describe())
             }
-            Action::FailPod { pod, exit_code } => format!("failPod {} exit {exit_code}", pod.describe()),
+            Action::FailPod { pod, exit_code } => {
+                format!("failPod {} exit {exit_code}", pod.describe())
+            }
             Action::DeletePod { pod, .. } => format!("deletePod {}", pod.describe()),
             Action::EvictPod { pod } => format!("evictPod {}", pod.describe()),
             Action::NodeNotReady { node } => format!("nodeNotReady {node}"),
@@ -338,7 +368,10 @@ impl Action {
             Action::PatchTrainCluster { name, .. } => format!("patchTrainCluster {name}"),
             Action::ApplyTrainCluster { manifest } => format!(
                 "applyTrainCluster {}",
-                manifest.pointer("/metadata/name").and_then(|v| v.as_str()).unwrap_or("?")
+                manifest
+                    .pointer("/metadata/name")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("?")
             ),
             Action::Wait {} => "wait".into(),
         }
@@ -371,10 +404,17 @@ impl Scenario {
         }
         for (i, m) in self.train_clusters.iter().enumerate() {
             if m.get("kind").and_then(|k| k.as_str()) != Some("TrainCluster") {
-                return Err(SimError::Invalid(format!("trainClusters[{i}]: kind is not TrainCluster")));
+                return Err(SimError::Invalid(format!(
+                    "trainClusters[{i}]: kind is not TrainCluster"
+                )));
             }
-            if m.pointer("/metadata/name").and_then(|k| k.as_str()).is_none() {
-                return Err(SimError::Invalid(format!("trainClusters[{i}]: no metadata.name")));
+            if m.pointer("/metadata/name")
+                .and_then(|k| k.as_str())
+                .is_none()
+            {
+                return Err(SimError::Invalid(format!(
+                    "trainClusters[{i}]: no metadata.name"
+                )));
             }
         }
         for (i, step) in self.timeline.iter().enumerate() {
@@ -388,7 +428,9 @@ impl Scenario {
                 Action::PreemptSlice { pool, .. } | Action::RestoreSlice { pool }
                     if !pools.contains(pool) =>
                 {
-                    return Err(SimError::Invalid(format!("timeline[{i}]: unknown pool {pool}")));
+                    return Err(SimError::Invalid(format!(
+                        "timeline[{i}]: unknown pool {pool}"
+                    )));
                 }
                 _ => {}
             }
@@ -397,11 +439,21 @@ impl Scenario {
     }
 
     /// Preemption delays of a step, from its own fields or the scenario's defaults.
-    pub fn preemption_timing(&self, notice: Option<SimDuration>, removal: Option<SimDuration>) -> PreemptionTiming {
+    pub fn preemption_timing(
+        &self,
+        notice: Option<SimDuration>,
+        removal: Option<SimDuration>,
+    ) -> PreemptionTiming {
         let d = PreemptionTiming::default();
         PreemptionTiming {
-            notice: notice.or(self.preemption.notice).map(|s| s.0).unwrap_or(d.notice),
-            removal: removal.or(self.preemption.removal).map(|s| s.0).unwrap_or(d.removal),
+            notice: notice
+                .or(self.preemption.notice)
+                .map(|s| s.0)
+                .unwrap_or(d.notice),
+            removal: removal
+                .or(self.preemption.removal)
+                .map(|s| s.0)
+                .unwrap_or(d.removal),
         }
     }
 }
@@ -419,7 +471,11 @@ fn train_cluster_api(client: &Client, namespace: &str) -> Api<DynamicObject> {
 }
 
 /// Creates a TrainCluster from a manifest, or merge-patches it when it exists.
-pub async fn apply_train_cluster(client: &Client, manifest: &serde_json::Value, default_namespace: &str) -> Result<(), SimError> {
+pub async fn apply_train_cluster(
+    client: &Client,
+    manifest: &serde_json::Value,
+    default_namespace: &str,
+) -> Result<(), SimError> {
     let name = manifest
         .pointer("/metadata/name")
         .and_then(|v| v.as_str())
@@ -453,7 +509,11 @@ pub async fn setup_scenario(client: &Client, scenario: &Scenario) -> Result<(), 
 }
 
 /// Sets `value` at dotted `path` (numeric segments index arrays) in `obj`.
-pub fn set_path(obj: &mut serde_json::Value, path: &str, value: serde_json::Value) -> Result<(), SimError> {
+pub fn set_path(
+    obj: &mut serde_json::Value,
+    path: &str,
+    value: serde_json::Value,
+) -> Result<(), SimError> {
     let mut cur = obj;
     let segs: Vec<&str> = path.split('.').collect();
     for (i, seg) in segs.iter().enumerate() {
@@ -482,7 +542,9 @@ pub fn set_path(obj: &mut serde_json::Value, path: &str, value: serde_json::Valu
             map.insert(seg.to_string(), value);
             return Ok(());
         }
-        cur = map.entry(seg.to_string()).or_insert(serde_json::Value::Null);
+        cur = map
+            .entry(seg.to_string())
+            .or_insert(serde_json::Value::Null);
     }
     Err(SimError::Invalid(format!("empty path {path:?}")))
 }
@@ -506,13 +568,19 @@ fn pod_running_ready(p: &Pod) -> bool {
 }
 
 /// Resolves a pod reference to a pod name (first non-terminating match by name).
-pub async fn resolve_pod(client: &Client, pod: &PodRef, namespace: &str) -> Result<String, SimError> {
+pub async fn resolve_pod(
+    client: &Client,
+    pod: &PodRef,
+    namespace: &str,
+) -> Result<String, SimError> {
     if let Some(n) = &pod.name {
         return Ok(n.clone());
     }
     let sel = pod.label_selector();
     if sel.is_empty() {
-        return Err(SimError::Invalid("pod reference has neither name nor labels".into()));
+        return Err(SimError::Invalid(
+            "pod reference has neither name nor labels".into(),
+        ));
     }
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let mut names: Vec<String> = api
@@ -531,14 +599,22 @@ pub async fn resolve_pod(client: &Client, pod: &PodRef, namespace: &str) -> Resu
 }
 
 /// Evaluates a condition once.
-pub async fn condition_holds(client: &Client, cond: &Condition, default_namespace: &str) -> Result<bool, SimError> {
+pub async fn condition_holds(
+    client: &Client,
+    cond: &Condition,
+    default_namespace: &str,
+) -> Result<bool, SimError> {
     match cond {
         Condition::PodsRunning { selector, count } => {
             let ns = selector.namespace.as_deref().unwrap_or(default_namespace);
             let api: Api<Pod> = Api::namespaced(client.clone(), ns);
             let pods = match &selector.name {
                 Some(n) => api.get_opt(n).await?.into_iter().collect(),
-                None => api.list(&ListParams::default().labels(&selector.label_selector())).await?.items,
+                None => {
+                    api.list(&ListParams::default().labels(&selector.label_selector()))
+                        .await?
+                        .items
+                }
             };
             Ok(pods.iter().filter(|p| pod_running_ready(p)).count() >= *count)
         }
@@ -625,7 +701,8 @@ async fn patch_train_cluster(
 ) -> Result<(), SimError> {
     let api = train_cluster_api(client, namespace);
     if let Some(p) = patch {
-        api.patch(name, &PatchParams::default(), &Patch::Merge(p)).await?;
+        api.patch(name, &PatchParams::default(), &Patch::Merge(p))
+            .await?;
     }
     if set.is_empty() {
         return Ok(());
@@ -657,9 +734,14 @@ pub async fn apply_action(
     let ns = scenario.namespace.as_str();
     let pod_ns = |p: &PodRef| p.namespace.clone().unwrap_or_else(|| ns.to_string());
     match action {
-        Action::PreemptSlice { pool, notice, removal } => {
+        Action::PreemptSlice {
+            pool,
+            notice,
+            removal,
+        } => {
             let timing = scenario.preemption_timing(*notice, *removal);
-            nodes::preempt_pool(client, pool, timing, |phase| progress(format!("{phase:?}"))).await?;
+            nodes::preempt_pool(client, pool, timing, |phase| progress(format!("{phase:?}")))
+                .await?;
         }
         Action::RestoreSlice { pool } => {
             let spec = pools
@@ -673,7 +755,11 @@ pub async fn apply_action(
                 pools.insert(p.name.clone(), p.clone());
             }
         }
-        Action::CrashContainer { pod, container, exit_code } => {
+        Action::CrashContainer {
+            pod,
+            container,
+            exit_code,
+        } => {
             let n = pod_ns(pod);
             let name = resolve_pod(client, pod, &n).await?;
             progress(format!("pod {name}"));
@@ -685,7 +771,10 @@ pub async fn apply_action(
             progress(format!("pod {name}"));
             faults::fail_pod(client, &n, &name, *exit_code).await?;
         }
-        Action::DeletePod { pod, grace_period_seconds } => {
+        Action::DeletePod {
+            pod,
+            grace_period_seconds,
+        } => {
             let n = pod_ns(pod);
             let name = resolve_pod(client, pod, &n).await?;
             progress(format!("pod {name}"));
@@ -701,8 +790,20 @@ pub async fn apply_action(
         Action::NodeReady { node } => nodes::set_node_ready(client, node, true).await?,
         Action::CordonNode { node } => nodes::cordon_node(client, node, true).await?,
         Action::UncordonNode { node } => nodes::cordon_node(client, node, false).await?,
-        Action::PatchTrainCluster { name, namespace, patch, set } => {
-            patch_train_cluster(client, name, namespace.as_deref().unwrap_or(ns), patch.as_ref(), set).await?
+        Action::PatchTrainCluster {
+            name,
+            namespace,
+            patch,
+            set,
+        } => {
+            patch_train_cluster(
+                client,
+                name,
+                namespace.as_deref().unwrap_or(ns),
+                patch.as_ref(),
+                set,
+            )
+            .await?
         }
         Action::ApplyTrainCluster { manifest } => apply_train_cluster(client, manifest, ns).await?,
         Action::Wait {} => {}
@@ -732,7 +833,10 @@ pub async fn run_timeline(
             tokio::time::sleep_until(start + at.0).await;
         }
         if let Some(after) = &step.after {
-            let timeout = after.timeout.map(|t| t.0).unwrap_or(options.default_timeout);
+            let timeout = after
+                .timeout
+                .map(|t| t.0)
+                .unwrap_or(options.default_timeout);
             let deadline = tokio::time::Instant::now() + timeout;
             loop {
                 if condition_holds(client, &after.condition, &scenario.namespace).await? {
@@ -810,7 +914,10 @@ mod tests {
                 ["google.com/tpu"],
             4
         );
-        assert_eq!(s.kubelet.start_delay, Some(SimDuration(Duration::from_secs(1))));
+        assert_eq!(
+            s.kubelet.start_delay,
+            Some(SimDuration(Duration::from_secs(1)))
+        );
         let actions: Vec<String> = s.timeline.iter().map(|st| st.action.describe()).collect();
         assert_eq!(
             actions,
@@ -822,7 +929,13 @@ mod tests {
                 "wait"
             ]
         );
-        assert!(matches!(&s.timeline[0].after, Some(After { condition: Condition::PodsRunning { count: 12, .. }, timeout: Some(_) })));
+        assert!(matches!(
+            &s.timeline[0].after,
+            Some(After {
+                condition: Condition::PodsRunning { count: 12, .. },
+                timeout: Some(_)
+            })
+        ));
         assert_eq!(s.timeline[2].at, Some(SimDuration(Duration::from_secs(20))));
         let t = s.preemption_timing(None, None);
         assert_eq!(t.removal, Duration::from_secs(3));
@@ -832,7 +945,11 @@ mod tests {
     fn example_independent_parses() {
         let s = Scenario::from_yaml(include_str!("../../examples/independent.yaml")).unwrap();
         assert_eq!(s.train_clusters[0]["spec"]["membership"], "Independent");
-        assert!(s.timeline.iter().any(|st| matches!(&st.action, Action::FailPod { exit_code: 1, .. })));
+        assert!(
+            s.timeline
+                .iter()
+                .any(|st| matches!(&st.action, Action::FailPod { exit_code: 1, .. }))
+        );
         assert!(s.timeline.iter().any(|st| matches!(&st.action, Action::PatchTrainCluster { set, .. } if set.contains_key("spec.workerGroups.0.slices.max"))));
     }
 
@@ -845,9 +962,20 @@ mod tests {
 
     #[test]
     fn validation_errors() {
-        let base = "name: x\nnodePools:\n  - {name: a, accelerator: tpu-v6e-slice, topology: 4x4}\n";
-        assert!(Scenario::from_yaml(&format!("{base}timeline:\n  - preemptSlice: {{pool: zz}}\n")).is_err());
-        assert!(Scenario::from_yaml(&format!("{base}  - {{name: a, accelerator: tpu-v6e-slice, topology: 4x4}}\n")).is_err());
+        let base =
+            "name: x\nnodePools:\n  - {name: a, accelerator: tpu-v6e-slice, topology: 4x4}\n";
+        assert!(
+            Scenario::from_yaml(&format!(
+                "{base}timeline:\n  - preemptSlice: {{pool: zz}}\n"
+            ))
+            .is_err()
+        );
+        assert!(
+            Scenario::from_yaml(&format!(
+                "{base}  - {{name: a, accelerator: tpu-v6e-slice, topology: 4x4}}\n"
+            ))
+            .is_err()
+        );
         assert!(Scenario::from_yaml(&format!("{base}timeline:\n  - bogus: {{}}\n")).is_err());
         let ok = Scenario::from_yaml(&format!(
             "{base}timeline:\n  - addSlices: {{pools: [{{name: b, accelerator: tpu-v6e-slice, topology: 2x2}}]}}\n  - at: 1s\n    preemptSlice: {{pool: b, notice: 100ms}}\n  - deletePod: {{pod: {{name: p}}}}\n"
@@ -860,8 +988,16 @@ mod tests {
     #[test]
     fn paths() {
         let mut v = serde_json::json!({"spec": {"workerGroups": [{"slices": {"max": 3}}]}});
-        set_path(&mut v, "spec.workerGroups.0.slices.max", serde_json::json!(2)).unwrap();
-        assert_eq!(get_path(&v, "spec.workerGroups.0.slices.max"), Some(&serde_json::json!(2)));
+        set_path(
+            &mut v,
+            "spec.workerGroups.0.slices.max",
+            serde_json::json!(2),
+        )
+        .unwrap();
+        assert_eq!(
+            get_path(&v, "spec.workerGroups.0.slices.max"),
+            Some(&serde_json::json!(2))
+        );
         set_path(&mut v, "spec.suspend", serde_json::json!(true)).unwrap();
         assert_eq!(v["spec"]["suspend"], true);
         set_path(&mut v, "status.phase", serde_json::json!("Running")).unwrap();

@@ -39,7 +39,10 @@ impl std::fmt::Display for Unfit {
             Unfit::NodeSelector => write!(f, "node selector mismatch"),
             Unfit::NodeAffinity => write!(f, "required node affinity mismatch"),
             Unfit::InsufficientTpu { requested, free } => {
-                write!(f, "insufficient {TPU_RESOURCE}: requested {requested}, free {free}")
+                write!(
+                    f,
+                    "insufficient {TPU_RESOURCE}: requested {requested}, free {free}"
+                )
             }
         }
     }
@@ -132,7 +135,10 @@ pub fn toleration_matches(t: &Toleration, taint: &Taint) -> bool {
     let key = t.key.as_deref().unwrap_or("");
     match t.operator.as_deref().unwrap_or("Equal") {
         "Exists" => key.is_empty() || key == taint.key,
-        _ => key == taint.key && t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
+        _ => {
+            key == taint.key
+                && t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
+        }
     }
 }
 
@@ -141,10 +147,7 @@ pub fn tolerates(tolerations: &[Toleration], taint: &Taint) -> bool {
     tolerations.iter().any(|t| toleration_matches(t, taint))
 }
 
-fn requirement_matches(
-    req: &NodeSelectorRequirement,
-    labels: &BTreeMap<String, String>,
-) -> bool {
+fn requirement_matches(req: &NodeSelectorRequirement, labels: &BTreeMap<String, String>) -> bool {
     let val = labels.get(&req.key);
     let values = req.values.as_deref().unwrap_or(&[]);
     match req.operator.as_str() {
@@ -159,7 +162,11 @@ fn requirement_matches(
             ) else {
                 return false;
             };
-            if req.operator == "Gt" { v > bound } else { v < bound }
+            if req.operator == "Gt" {
+                v > bound
+            } else {
+                v < bound
+            }
         }
         _ => false,
     }
@@ -200,11 +207,16 @@ pub fn required_affinity_matches(pod: &Pod, node: &Node) -> bool {
         .as_ref()
         .and_then(|s| s.affinity.as_ref())
         .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|na| na.required_during_scheduling_ignored_during_execution.as_ref())
+        .and_then(|na| {
+            na.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
     else {
         return true;
     };
-    req.node_selector_terms.iter().any(|t| term_matches(t, node))
+    req.node_selector_terms
+        .iter()
+        .any(|t| term_matches(t, node))
 }
 
 /// Checks whether `pod` fits `node`, given `used_tpu` chips already taken on it.
@@ -306,7 +318,10 @@ pub fn schedule(pending: &[&Pod], nodes: &[&Node], bound: &[&Pod]) -> Vec<Placem
         if let (Some(n), Some(k)) = (pod_node(p), group_key(p))
             && let Some(pool) = node_pool.get(n)
         {
-            pool_keys.entry(pool.clone()).or_default().insert(k.to_string());
+            pool_keys
+                .entry(pool.clone())
+                .or_default()
+                .insert(k.to_string());
         }
     }
     let mut out = Vec::new();
@@ -338,7 +353,10 @@ pub fn schedule(pending: &[&Pod], nodes: &[&Node], bound: &[&Pod]) -> Vec<Placem
             let name = node.metadata.name.clone().unwrap_or_default();
             *used.entry(name.clone()).or_insert(0) += pod_tpu_request(pod);
             if let (Some(k), Some(pool)) = (key, node_pool.get(&name)) {
-                pool_keys.entry(pool.clone()).or_default().insert(k.to_string());
+                pool_keys
+                    .entry(pool.clone())
+                    .or_default()
+                    .insert(k.to_string());
             }
             out.push((i, name));
         }
@@ -365,7 +383,10 @@ pub(crate) mod tests {
             containers: vec![Container {
                 name: "trainer".into(),
                 resources: Some(ResourceRequirements {
-                    limits: Some(BTreeMap::from([(TPU_RESOURCE.into(), Quantity(chips.to_string()))])),
+                    limits: Some(BTreeMap::from([(
+                        TPU_RESOURCE.into(),
+                        Quantity(chips.to_string()),
+                    )])),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -395,8 +416,10 @@ pub(crate) mod tests {
         let mut p = tpu_pod("a", 4);
         assert_eq!(pod_tpu_request(&p), 4);
         let mut init = p.spec.as_ref().unwrap().containers[0].clone();
-        init.resources.as_mut().unwrap().limits =
-            Some(BTreeMap::from([(TPU_RESOURCE.into(), Quantity("8".into()))]));
+        init.resources.as_mut().unwrap().limits = Some(BTreeMap::from([(
+            TPU_RESOURCE.into(),
+            Quantity("8".into()),
+        )]));
         p.spec.as_mut().unwrap().init_containers = Some(vec![init]);
         assert_eq!(pod_tpu_request(&p), 8);
         assert_eq!(parse_count("4000m"), 4);
@@ -411,7 +434,10 @@ pub(crate) mod tests {
         assert_eq!(check_fit(&p, n, 0), Ok(()));
         assert_eq!(
             check_fit(&p, n, 1),
-            Err(Unfit::InsufficientTpu { requested: 4, free: 3 })
+            Err(Unfit::InsufficientTpu {
+                requested: 4,
+                free: 3
+            })
         );
         // nodeSelector
         let sel = with_selector(tpu_pod("b", 4), NODE_LABEL_NODEPOOL, "pool-1");
@@ -424,7 +450,10 @@ pub(crate) mod tests {
             crate::constants::TAINT_IMPENDING_TERMINATION,
             "NoSchedule",
         )]);
-        assert!(matches!(check_fit(&p, &tainted, 0), Err(Unfit::UntoleratedTaint(_))));
+        assert!(matches!(
+            check_fit(&p, &tainted, 0),
+            Err(Unfit::UntoleratedTaint(_))
+        ));
         let mut tol = p.clone();
         tol.spec.as_mut().unwrap().tolerations = Some(vec![Toleration {
             operator: Some("Exists".into()),
@@ -469,10 +498,30 @@ pub(crate) mod tests {
         let n = &pool_nodes("pool-0")[0];
         let p = || tpu_pod("a", 1);
         let ok = |p: &Pod| check_fit(p, n, 0).is_ok();
-        assert!(ok(&with_affinity(p(), "In", NODE_LABEL_NODEPOOL, &["pool-0", "pool-9"])));
-        assert!(!ok(&with_affinity(p(), "In", NODE_LABEL_NODEPOOL, &["pool-9"])));
-        assert!(ok(&with_affinity(p(), "NotIn", NODE_LABEL_NODEPOOL, &["pool-9"])));
-        assert!(!ok(&with_affinity(p(), "NotIn", NODE_LABEL_NODEPOOL, &["pool-0"])));
+        assert!(ok(&with_affinity(
+            p(),
+            "In",
+            NODE_LABEL_NODEPOOL,
+            &["pool-0", "pool-9"]
+        )));
+        assert!(!ok(&with_affinity(
+            p(),
+            "In",
+            NODE_LABEL_NODEPOOL,
+            &["pool-9"]
+        )));
+        assert!(ok(&with_affinity(
+            p(),
+            "NotIn",
+            NODE_LABEL_NODEPOOL,
+            &["pool-9"]
+        )));
+        assert!(!ok(&with_affinity(
+            p(),
+            "NotIn",
+            NODE_LABEL_NODEPOOL,
+            &["pool-0"]
+        )));
         assert!(ok(&with_affinity(p(), "Exists", NODE_LABEL_NODEPOOL, &[])));
         assert!(!ok(&with_affinity(p(), "Exists", "missing", &[])));
         assert!(ok(&with_affinity(p(), "DoesNotExist", "missing", &[])));
@@ -519,7 +568,10 @@ pub(crate) mod tests {
         let node_refs: Vec<&Node> = nodes.iter().collect();
         let placed = schedule(&pending, &node_refs, &[]);
         let targets: Vec<&str> = placed.iter().map(|(_, n)| n.as_str()).collect();
-        assert_eq!(targets, ["pool-0-0", "pool-0-1", "pool-0-2", "pool-0-3", "pool-1-0"]);
+        assert_eq!(
+            targets,
+            ["pool-0-0", "pool-0-1", "pool-0-2", "pool-0-3", "pool-1-0"]
+        );
     }
 
     fn arb_node(i: usize) -> impl Strategy<Value = Node> {
@@ -536,10 +588,8 @@ pub(crate) mod tests {
                         "False".into();
                 }
                 if tainted {
-                    n.spec.as_mut().unwrap().taints = Some(vec![taint(
-                        crate::constants::TAINT_NOT_READY,
-                        "NoExecute",
-                    )]);
+                    n.spec.as_mut().unwrap().taints =
+                        Some(vec![taint(crate::constants::TAINT_NOT_READY, "NoExecute")]);
                 }
                 if cordoned {
                     n.spec.as_mut().unwrap().unschedulable = Some(true);
