@@ -609,9 +609,9 @@ impl FakeKubelet {
     }
 
     /// Stops the loop and waits for it to end.
-    pub async fn stop(self) {
+    pub async fn stop(mut self) {
         let _ = self.stop.send(true);
-        let _ = self.join.await;
+        let _ = (&mut self.join).await;
     }
 
     /// True when the loop has ended.

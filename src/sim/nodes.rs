@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, NodeSpec, Taint};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -122,10 +121,6 @@ impl NodePoolSpec {
             .map(|i| format!("{}-{i}", self.name))
             .collect())
     }
-}
-
-fn quantity(s: &str) -> Quantity {
-    Quantity(s.to_string())
 }
 
 /// Labels of host `host` of the pool.
