@@ -106,7 +106,7 @@ impl NodePoolSpec {
             ))
         })?;
         let per = self.chips_per_host()?;
-        if chips % per != 0 {
+        if !chips.is_multiple_of(per) {
             return Err(SimError::Invalid(format!(
                 "pool {}: {chips} chips not divisible by {per} chips per host",
                 self.name
