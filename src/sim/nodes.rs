@@ -485,3 +485,153 @@ mod tests {
         assert_eq!(plan[2].0, Duration::from_millis(20));
     }
 }
+
+#[cfg(test)]
+mod mock_tests {
+    use super::*;
+    use http::{Request, Response};
+    use kube::client::Body;
+    use std::sync::{Arc, Mutex};
+    use tower_test::mock;
+
+    type Log = Arc<Mutex<Vec<(String, String, serde_json::Value)>>>;
+
+    /// A canned API server for node requests; records (method, path?query, body).
+    fn mock_client(pool: NodePoolSpec) -> (Client, Log, tokio::task::JoinHandle<()>) {
+        let (svc, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+        let log: Log = Arc::default();
+        let log2 = log.clone();
+        let server = tokio::spawn(async move {
+            while let Some((req, send)) = handle.next_request().await {
+                let method = req.method().to_string();
+                let uri = req.uri().to_string();
+                let path = req.uri().path().to_string();
+                let body = req.into_body().collect_bytes().await.unwrap();
+                let body: serde_json::Value =
+                    serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+                log2.lock()
+                    .unwrap()
+                    .push((method.clone(), uri, body.clone()));
+                let node_for = |name: &str| {
+                    let host: u32 = name.rsplit('-').next().unwrap().parse().unwrap();
+                    serde_json::to_value(build_node(&pool, host).unwrap()).unwrap()
+                };
+                let resp = if path == "/api/v1/nodes" && method == "GET" {
+                    let items: Vec<_> = pool
+                        .node_names()
+                        .unwrap()
+                        .iter()
+                        .map(|n| node_for(n))
+                        .collect();
+                    json!({"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": items})
+                } else if method == "POST" {
+                    body.clone()
+                } else if method == "DELETE" {
+                    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
+                } else {
+                    let name = path
+                        .trim_start_matches("/api/v1/nodes/")
+                        .trim_end_matches("/status");
+                    node_for(name)
+                };
+                send.send_response(
+                    Response::builder()
+                        .body(Body::from(serde_json::to_vec(&resp).unwrap()))
+                        .unwrap(),
+                );
+            }
+        });
+        (Client::new(svc, "default"), log, server)
+    }
+
+    #[tokio::test]
+    async fn preemption_requests_follow_gke_order() {
+        let pool = NodePoolSpec {
+            hosts: Some(2),
+            chips_per_host: Some(4),
+            ..NodePoolSpec::new("pool-2", "tpu-v6e-slice", "2x4")
+        };
+        let (client, log, server) = mock_client(pool);
+        let timing = PreemptionTiming {
+            notice: Duration::ZERO,
+            removal: Duration::ZERO,
+        };
+        let mut phases = Vec::new();
+        let removed = preempt_pool(&client, "pool-2", timing, |p| phases.push(p))
+            .await
+            .unwrap();
+        assert_eq!(removed, ["pool-2-0", "pool-2-1"]);
+        assert_eq!(
+            phases,
+            [
+                PreemptionPhase::ImpendingTermination,
+                PreemptionPhase::NotReady,
+                PreemptionPhase::Removed
+            ]
+        );
+        drop(client);
+        server.await.unwrap();
+        let log = log.lock().unwrap().clone();
+        assert!(log[0].1.starts_with("/api/v1/nodes?"));
+        assert!(
+            log[0].1.contains("gke-nodepool%3Dpool-2") || log[0].1.contains("gke-nodepool=pool-2")
+        );
+        let pos = |pred: &dyn Fn(&(String, String, serde_json::Value)) -> bool| {
+            log.iter().position(pred).unwrap()
+        };
+        let first_taint_impending =
+            pos(&|(m, _, b)| m == "PATCH" && b.to_string().contains(TAINT_IMPENDING_TERMINATION));
+        let first_not_ready = pos(&|(m, u, b)| {
+            m == "PATCH"
+                && u.contains("/status")
+                && b["status"]["conditions"][0]["status"] == "False"
+        });
+        let first_not_ready_taint =
+            pos(&|(m, _, b)| m == "PATCH" && b.to_string().contains(TAINT_NOT_READY));
+        let first_delete = pos(&|(m, _, _)| m == "DELETE");
+        let impending_count = log
+            .iter()
+            .filter(|(m, _, b)| {
+                m == "PATCH"
+                    && b.to_string().contains(TAINT_IMPENDING_TERMINATION)
+                    && !b.to_string().contains(TAINT_NOT_READY)
+            })
+            .count();
+        assert_eq!(impending_count, 2, "both nodes tainted: {log:#?}");
+        assert!(first_taint_impending < first_not_ready);
+        assert!(first_not_ready < first_not_ready_taint);
+        assert!(first_not_ready_taint < first_delete);
+        let deletes: Vec<&str> = log
+            .iter()
+            .filter(|(m, _, _)| m == "DELETE")
+            .map(|(_, u, _)| u.as_str())
+            .collect();
+        assert_eq!(
+            deletes,
+            ["/api/v1/nodes/pool-2-0?", "/api/v1/nodes/pool-2-1?"]
+        );
+    }
+
+    #[tokio::test]
+    async fn add_pool_creates_nodes_then_writes_status() {
+        let pool = NodePoolSpec::new("pool-0", "tpu-v6e-slice", "4x4");
+        let (client, log, server) = mock_client(pool.clone());
+        add_pool(&client, &pool).await.unwrap();
+        drop(client);
+        server.await.unwrap();
+        let log = log.lock().unwrap().clone();
+        assert_eq!(log.len(), 8);
+        assert_eq!(log[0].0, "POST");
+        assert_eq!(log[0].1, "/api/v1/nodes?");
+        assert_eq!(log[0].2["metadata"]["name"], "pool-0-0");
+        assert_eq!(
+            log[0].2["metadata"]["labels"][NODE_LABEL_NODEPOOL],
+            "pool-0"
+        );
+        assert_eq!(log[1].0, "PATCH");
+        assert_eq!(log[1].1, "/api/v1/nodes/pool-0-0/status?");
+        assert_eq!(log[1].2["status"]["allocatable"][TPU_RESOURCE], "4");
+        assert_eq!(log[1].2["status"]["conditions"][0]["status"], "True");
+        assert_eq!(log[7].1, "/api/v1/nodes/pool-0-3/status?");
+    }
+}
