@@ -28,9 +28,11 @@ pub use faults::{crash_container, delete_pod, evict_pod, fail_pod};
 pub use kubelet::{FakeKubelet, KubeletEvent, KubeletOptions};
 pub use nodes::{
     NodePoolSpec, PreemptionPhase, PreemptionTiming, add_pool, add_pools, cordon_node,
-    preempt_pool, restore_pool, set_node_ready,
+    delete_sim_nodes, preempt_pool, restore_pool, set_node_ready,
 };
-pub use scenario::{Scenario, StepReport, run_timeline};
+pub use scenario::{
+    Scenario, StepReport, StepStatus, TimelineOptions, run_scenario, run_timeline, setup_scenario,
+};
 
 /// Errors of the simulator.
 #[derive(Debug, thiserror::Error)]

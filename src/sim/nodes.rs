@@ -356,6 +356,23 @@ pub async fn delete_node(client: &Client, node: &str) -> Result<(), SimError> {
     }
 }
 
+/// Deletes every node the simulator created (label [`SIM_NODE_LABEL`]); returns their names.
+pub async fn delete_sim_nodes(client: &Client) -> Result<Vec<String>, SimError> {
+    let api: Api<Node> = Api::all(client.clone());
+    let mut names: Vec<String> = api
+        .list(&ListParams::default().labels(SIM_NODE_SELECTOR))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    names.sort();
+    for n in &names {
+        delete_node(client, n).await?;
+    }
+    Ok(names)
+}
+
 /// Delays between the phases of a preemption.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PreemptionTiming {

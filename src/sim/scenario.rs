@@ -28,6 +28,7 @@ use kube::api::{
 };
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::kubelet::{FakeKubelet, KubeletOptions};
 use super::nodes::{self, NodePoolSpec, PreemptionTiming};
 use super::{SimError, faults};
 use crate::constants::{
@@ -866,6 +867,44 @@ pub async fn run_timeline(
         on_step(report(StepStatus::Applied));
     }
     Ok(())
+}
+
+impl Scenario {
+    /// Kubelet options of the scenario (start delay), on top of `base`.
+    pub fn kubelet_options(&self, base: KubeletOptions) -> KubeletOptions {
+        KubeletOptions {
+            start_delay: self
+                .kubelet
+                .start_delay
+                .map(|d| d.0)
+                .unwrap_or(base.start_delay),
+            ..base
+        }
+    }
+}
+
+/// Everything at once: creates the pools and TrainClusters, runs a [`FakeKubelet`] (options
+/// from `kubelet` plus the scenario's), runs the timeline, stops the kubelet. Use this with a
+/// real API server or the emulator when no other kubelet runs.
+pub async fn run_scenario(
+    client: &Client,
+    scenario: &Scenario,
+    kubelet: KubeletOptions,
+    options: &TimelineOptions,
+    on_step: impl FnMut(StepReport),
+) -> Result<(), SimError> {
+    scenario.validate()?;
+    nodes::add_pools(client, &scenario.node_pools).await?;
+    let kubelet = FakeKubelet::run(client.clone(), scenario.kubelet_options(kubelet));
+    let res = async {
+        for m in &scenario.train_clusters {
+            apply_train_cluster(client, m, &scenario.namespace).await?;
+        }
+        run_timeline(client, scenario, options, on_step).await
+    }
+    .await;
+    kubelet.stop().await;
+    res
 }
 
 #[cfg(test)]
