@@ -22,8 +22,6 @@ use crate::constants::{
 pub const SIM_NODE_LABEL: &str = "sim.slices.dev/fake";
 /// Label selector matching the simulator's nodes.
 pub const SIM_NODE_SELECTOR: &str = "sim.slices.dev/fake=true";
-/// Field manager of the simulator's writes (not the operator's).
-pub const SIM_FIELD_MANAGER: &str = "slice-operator-sim";
 const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 
 /// One TPU node pool: a multi-host slice (H nodes) or a single-host slice (one node).
