@@ -1,16 +1,19 @@
 #![forbid(unsafe_code)]
 //! slice-operator: elastic, multi-host TPU training clusters on Kubernetes.
+//!
+//! Functional core: [`tpu`] (slice math), [`inventory`] (nodes to slices), [`planner`]
+//! (what the cluster should look like next). Imperative shell: [`operator`] (watch, apply).
+//! Test and demo infrastructure: [`emulator`] (in-process API server), [`sim`] (fake TPU
+//! node pools and kubelet, scenarios).
 
 pub mod api;
 pub mod constants;
-<<<<<<< HEAD
+pub mod emulator;
 pub mod error;
 pub mod inventory;
 pub mod operator;
 pub mod planner;
+pub mod sim;
 #[doc(hidden)]
 pub mod testing;
 pub mod tpu;
-=======
-pub mod emulator;
->>>>>>> emulator
