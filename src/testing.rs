@@ -265,7 +265,7 @@ impl World {
     pub fn settle(&mut self, limit: usize) -> usize {
         for i in 0..limit {
             let plan = self.step();
-            self.now = self.now + jiff::SignedDuration::from_secs(1);
+            self.now += jiff::SignedDuration::from_secs(1);
             if plan.is_noop() {
                 return i;
             }

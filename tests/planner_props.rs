@@ -169,7 +169,7 @@ fn apply_event(world: &mut World, setup: &Setup, event: &Event) {
                     .extend(pool_nodes(setup, *p).into_iter().map(Arc::new));
             }
         }
-        Event::Wait(s) => world.now = world.now + SignedDuration::from_secs(*s),
+        Event::Wait(s) => world.now += SignedDuration::from_secs(*s),
     }
 }
 
@@ -298,7 +298,7 @@ proptest! {
             prop_assert_eq!(format!("{:?}", plan), format!("{:?}", again));
             world.apply(&plan);
             apply_event(&mut world, &setup, event);
-            world.now = world.now + SignedDuration::from_secs(1);
+            world.now += SignedDuration::from_secs(1);
         }
         let plan = world.plan();
         check_plan(&world, &plan, &setup)?;
@@ -313,13 +313,13 @@ proptest! {
         for event in &events {
             world.step();
             apply_event(&mut world, &setup, event);
-            world.now = world.now + SignedDuration::from_secs(5);
+            world.now += SignedDuration::from_secs(5);
         }
         // Quiet period: time passes beyond any backoff or resize interval.
         let mut settled = false;
         for _ in 0..40 {
             let plan = world.step();
-            world.now = world.now + SignedDuration::from_secs(100);
+            world.now += SignedDuration::from_secs(100);
             if plan.is_noop() && plan.requeue_after.is_none() && world.plan().is_noop() {
                 settled = true;
                 break;

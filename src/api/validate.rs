@@ -174,7 +174,7 @@ pub fn resolve(tc: &TrainCluster) -> Result<Vec<ResolvedGroup<'_>>, Vec<FieldErr
                 message: "must be at least 1".into(),
             }),
             _ => errors.push(FieldError {
-                field: format!("{at}"),
+                field: at.to_string(),
                 message: "set exactly one of tpu (TPU slices) or hostsPerGroup (non-TPU groups)"
                     .into(),
             }),

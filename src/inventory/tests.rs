@@ -41,6 +41,7 @@ fn a_node_pool_is_one_multi_host_slice_and_a_single_host_node_its_own() {
 }
 
 #[test]
+#[allow(clippy::type_complexity)]
 fn a_slice_is_ready_only_when_every_host_is() {
     let cases: Vec<(&str, Box<dyn Fn(&mut Vec<Node>)>)> = vec![
         (

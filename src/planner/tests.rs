@@ -110,7 +110,7 @@ fn tpu_names_are_unique_per_incarnation() {
     let before = World::env_of(pod_named(&world, "demo-workers-1-0"), ENV_TPU_NAME).unwrap();
     crash_container(world.pod_mut("demo-workers-1-0"));
     world.step();
-    world.now = world.now + secs(3600);
+    world.now += secs(3600);
     world.settle(5);
     let after = World::env_of(pod_named(&world, "demo-workers-1-0"), ENV_TPU_NAME).unwrap();
     assert_ne!(before, after);
@@ -146,7 +146,7 @@ fn multislice_failure_restarts_every_group_in_a_new_epoch_after_backoff() {
         Some(std::time::Duration::from_secs(10))
     );
 
-    world.now = world.now + secs(10);
+    world.now += secs(10);
     let plan = world.step();
     assert_eq!(plan.create.len(), 3);
     let epochs = epochs_of(&world);
@@ -179,7 +179,7 @@ fn independent_failure_replaces_exactly_its_group_at_the_same_index() {
     assert_eq!(plan.delete[0].replica, Some(1));
     assert_eq!(plan.delete[0].pods.len(), 4, "the whole group goes");
     assert_eq!(plan.delete[0].reason.code(), "MemberFailed");
-    world.now = world.now + secs(10);
+    world.now += secs(10);
     let plan = world.step();
     assert_eq!(plan.create.len(), 1);
     assert_eq!(plan.create[0].replica, 1);
@@ -362,7 +362,7 @@ fn restart_budget_exhaustion_fails_the_cluster_until_the_spec_changes() {
     for round in 0..2 {
         crash_container(world.pod_mut("demo-workers-0-0"));
         world.step();
-        world.now = world.now + secs(3600);
+        world.now += secs(3600);
         world.settle(3);
         if round == 0 {
             assert_eq!(world.status().phase, Phase::Running);
@@ -379,7 +379,7 @@ fn restart_budget_exhaustion_fails_the_cluster_until_the_spec_changes() {
     assert_eq!(failed.status, "True");
     assert!(failed.message.contains("maxRestarts"), "{}", failed.message);
     // Sticky while the spec is unchanged ...
-    world.now = world.now + secs(3600);
+    world.now += secs(3600);
     assert!(world.step().create.is_empty());
     // ... and a spec edit starts over with a fresh budget.
     world.cluster.metadata.generation = Some(2);
@@ -398,7 +398,7 @@ fn backoff_grows_exponentially_between_restarts() {
         world.step();
         let plan = world.step();
         waits.push(plan.requeue_after.unwrap().as_secs());
-        world.now = world.now + secs(1000);
+        world.now += secs(1000);
         world.settle(3);
     }
     assert_eq!(waits, vec![10, 20, 40]);

@@ -246,10 +246,20 @@ impl SliceShape {
 mod tests {
     use super::*;
 
+    /// (accelerator, topology, chips per host given, chips, chips/host, hosts, pod type)
+    type ShapeRow = (
+        &'static str,
+        &'static str,
+        Option<u32>,
+        u32,
+        u32,
+        u32,
+        &'static str,
+    );
+
     #[test]
     fn table_of_supported_shapes() {
-        // (accelerator, topology, chips per host given, chips, chips/host, hosts, pod type)
-        let table: &[(&str, &str, Option<u32>, u32, u32, u32, &str)] = &[
+        let table: &[ShapeRow] = &[
             ("tpu-v6e-slice", "1x1", None, 1, 1, 1, "v6e-1"),
             ("tpu-v6e-slice", "2x2", None, 4, 4, 1, "v6e-4"),
             ("tpu-v6e-slice", "2x4", Some(8), 8, 8, 1, "v6e-8"),
