@@ -40,6 +40,8 @@ pub struct ClusterMemory {
     pub expect_deadline: Option<Instant>,
     /// Consecutive failed reconciles, for the error backoff.
     pub errors: u32,
+    /// resourceVersion of a malformed object already reported.
+    pub malformed_version: Option<String>,
     /// When the first failure of the current disruption was detected.
     pub disrupted_since: Option<Instant>,
 }

@@ -17,6 +17,7 @@ use std::sync::atomic::Ordering;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::api::Api;
+use kube::core::DeserializeGuard;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
@@ -81,7 +82,8 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
     started: Option<oneshot::Sender<(SocketAddr, Arc<Context>)>>,
 ) -> Result<()> {
-    let (tc_api, pod_api): (Api<TrainCluster>, Api<Pod>) = match &config.namespace {
+    let (tc_api, pod_api): (Api<DeserializeGuard<TrainCluster>>, Api<Pod>) = match &config.namespace
+    {
         Some(ns) => (
             Api::namespaced(client.clone(), ns),
             Api::namespaced(client.clone(), ns),
@@ -162,7 +164,8 @@ pub async fn run(
         trainclusters
             .state()
             .into_iter()
-            .filter(|tc| {
+            .filter(|guard| {
+                let Ok(tc) = &guard.0 else { return false };
                 tc.spec.worker_groups.iter().any(|g| {
                     g.tpu.as_ref().is_some_and(|t| {
                         Some(&t.accelerator) == accelerator.as_ref()
@@ -170,7 +173,7 @@ pub async fn run(
                     })
                 })
             })
-            .map(|tc| ObjectRef::from_obj(tc.as_ref()))
+            .map(|guard| ObjectRef::from_obj(guard.as_ref()))
             .collect::<Vec<_>>()
     };
     let ready_ctx = ctx.clone();

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::Api;
+use kube::core::{DeserializeGuard, error_boundary::InvalidObject};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use tracing::{Instrument, info, info_span, warn};
@@ -17,40 +18,124 @@ use crate::error::{Error, Result};
 use crate::inventory::Inventory;
 use crate::planner::{self, DisruptionKind, PlanInput};
 
-pub async fn reconcile(tc: Arc<TrainCluster>, ctx: Arc<Context>) -> Result<Action> {
+/// The controller's entry point. Objects that do not even deserialize as a TrainCluster are
+/// reported (event + status condition) and otherwise left alone, so one bad object never
+/// stops the operator.
+pub async fn reconcile(
+    guard: Arc<DeserializeGuard<TrainCluster>>,
+    ctx: Arc<Context>,
+) -> Result<Action> {
+    match &guard.0 {
+        Ok(tc) => reconcile_cluster(tc, ctx).await,
+        Err(invalid) => report_malformed(invalid, &ctx).await,
+    }
+}
+
+async fn report_malformed(invalid: &InvalidObject, ctx: &Context) -> Result<Action> {
+    let meta = &invalid.metadata;
+    let (Some(namespace), Some(name)) = (meta.namespace.clone(), meta.name.clone()) else {
+        return Ok(Action::await_change());
+    };
+    let uid = meta.uid.clone().unwrap_or_default();
+    let version = meta.resource_version.clone();
+    let already = ctx.with_memory(&uid, |m| {
+        let seen = m.malformed_version == version;
+        m.malformed_version = version.clone();
+        seen
+    });
+    if already {
+        return Ok(Action::await_change());
+    }
+    warn!(%namespace, %name, error = %invalid.error, "malformed TrainCluster");
+    let message = format!(
+        "the object does not match the TrainCluster schema: {}; fix the manifest and re-apply it",
+        invalid.error
+    );
+    let reference = k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(TrainCluster::api_version(&()).into_owned()),
+        kind: Some(TrainCluster::kind(&()).into_owned()),
+        name: Some(name.clone()),
+        namespace: Some(namespace.clone()),
+        uid: meta.uid.clone(),
+        resource_version: meta.resource_version.clone(),
+        ..Default::default()
+    };
+    let event = kube::runtime::events::Event {
+        type_: kube::runtime::events::EventType::Warning,
+        reason: "MalformedSpec".into(),
+        note: Some(message.chars().take(1000).collect()),
+        action: "Validate".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+        tracing::debug!(error = %e, "could not publish event");
+    }
+    let patch = serde_json::json!({ "status": {
+        "phase": Phase::Invalid,
+        "conditions": [{
+            "type": crate::api::CONDITION_VALID, "status": "False", "reason": "MalformedSpec",
+            "message": message, "lastTransitionTime": jiff::Timestamp::now().to_string(),
+        }],
+    }});
+    let resource = kube::core::ApiResource::erase::<TrainCluster>(&());
+    let api: Api<kube::core::DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &namespace, &resource);
+    api.patch_status(
+        &name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(Action::await_change())
+}
+
+async fn reconcile_cluster(tc: &TrainCluster, ctx: Arc<Context>) -> Result<Action> {
     let namespace = tc
         .namespace()
         .ok_or_else(|| Error::MissingNamespace(tc.name_any()))?;
     let span = info_span!("reconcile", namespace = %namespace, name = %tc.name_any());
     let started = Instant::now();
     ctx.metrics.reconciliations.inc();
-    let result = reconcile_inner(&tc, &ctx, &namespace)
-        .instrument(span)
-        .await;
+    let result = reconcile_inner(tc, &ctx, &namespace).instrument(span).await;
     ctx.metrics
         .reconcile_duration
         .observe(started.elapsed().as_secs_f64());
     if result.is_ok() {
-        ctx.with_memory(&uid(&tc), |m| m.errors = 0);
+        ctx.with_memory(&uid(tc), |m| m.errors = 0);
     }
     result
 }
 
 /// Requeue after an error with exponential backoff per TrainCluster (1 s doubling to 60 s).
-pub fn error_policy(tc: Arc<TrainCluster>, error: &Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy(
+    guard: Arc<DeserializeGuard<TrainCluster>>,
+    error: &Error,
+    ctx: Arc<Context>,
+) -> Action {
+    let (uid, namespace, name) = {
+        let meta = match &guard.0 {
+            Ok(tc) => &tc.metadata,
+            Err(invalid) => &invalid.metadata,
+        };
+        (
+            meta.uid.clone().unwrap_or_default(),
+            meta.namespace.clone().unwrap_or_default(),
+            meta.name.clone().unwrap_or_default(),
+        )
+    };
     ctx.metrics
         .reconcile_errors
         .get_or_create(&super::metrics::ErrorLabels {
             error: error.metric_label().into(),
         })
         .inc();
-    let errors = ctx.with_memory(&uid(&tc), |m| {
+    let errors = ctx.with_memory(&uid, |m| {
         m.errors = m.errors.saturating_add(1);
         m.errors
     });
     let wait =
         Duration::from_secs(1u64 << errors.saturating_sub(1).min(6)).min(Duration::from_secs(60));
-    warn!(namespace = tc.namespace().unwrap_or_default(), name = %tc.name_any(), error = %error, retry_in = ?wait, "reconcile failed");
+    warn!(%namespace, %name, error = %error, retry_in = ?wait, "reconcile failed");
     Action::requeue(wait)
 }
 
@@ -195,9 +280,4 @@ async fn reconcile_inner(tc: &TrainCluster, ctx: &Context, namespace: &str) -> R
     Ok(Action::requeue(
         plan.requeue_after.map_or(resync, |d| d.min(resync)),
     ))
-}
-
-/// The object reference events are recorded against.
-pub fn reference(tc: &TrainCluster) -> k8s_openapi::api::core::v1::ObjectReference {
-    tc.object_ref(&())
 }
