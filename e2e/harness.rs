@@ -1,6 +1,8 @@
 //! The e2e environment: an in-process API emulator with the operator, fake TPU node pools
 //! and a fake kubelet (default), or any cluster in $KUBECONFIG (`E2E_EXTERNAL=1`, the
 //! operator installed there by the chart; node pools and kubelet are faked from here).
+//! Shared by the e2e suite and tests/operator_api.rs, which each use part of it.
+#![allow(dead_code)]
 
 use std::future::Future;
 use std::time::Duration;
@@ -14,11 +16,30 @@ use slice_operator::emulator::{Emulator, EmulatorOptions};
 use slice_operator::operator::{self, OperatorConfig, OperatorHandle};
 use slice_operator::sim::{self, FakeKubelet, KubeletOptions, NodePoolSpec, PreemptionTiming};
 
+/// How the in-process operators are run (emulator mode only).
+#[derive(Clone, Debug)]
+pub struct EnvOptions {
+    pub operators: usize,
+    pub leader_election: bool,
+    /// Per-request timeout of the operators' client (to test API timeouts).
+    pub read_timeout: Option<Duration>,
+}
+
+impl Default for EnvOptions {
+    fn default() -> Self {
+        EnvOptions {
+            operators: 1,
+            leader_election: false,
+            read_timeout: None,
+        }
+    }
+}
+
 pub struct Env {
     pub client: Client,
     pub namespace: String,
     pub emulator: Option<Emulator>,
-    operator: Option<OperatorHandle>,
+    pub operators: Vec<OperatorHandle>,
     kubelet: Option<FakeKubelet>,
     prefix: String,
 }
@@ -30,6 +51,17 @@ pub fn external() -> bool {
 impl Env {
     /// `pools` are (name, accelerator, topology); names get a per-scenario prefix externally.
     pub async fn start(scenario: &str, pools: &[(&str, &str, &str)]) -> Env {
+        Env::start_with(scenario, pools, EnvOptions::default()).await
+    }
+
+    pub async fn start_with(
+        scenario: &str,
+        pools: &[(&str, &str, &str)],
+        options: EnvOptions,
+    ) -> Env {
+        if std::env::var("E2E_LOG").is_ok() {
+            operator::init_tracing(operator::LogFormat::Text);
+        }
         let (client, emulator, namespace, prefix) = if external() {
             let client = Client::try_default()
                 .await
@@ -58,23 +90,31 @@ impl Env {
         let ns =
             serde_json::from_value(serde_json::json!({"metadata": {"name": namespace}})).unwrap();
         let _ = namespaces.create(&PostParams::default(), &ns).await;
-        let operator = match emulator {
-            Some(_) => {
+        let mut operators = Vec::new();
+        if let Some(emulator) = &emulator {
+            for i in 0..options.operators {
                 let mut config = OperatorConfig::for_tests();
                 config.resync_seconds = 2;
-                Some(
-                    operator::start(client.clone(), config)
+                config.leader_election = options.leader_election;
+                config.lease_duration_seconds = 2;
+                config.identity = Some(format!("operator-{i}"));
+                let mut kube_config = emulator.config();
+                if let Some(timeout) = options.read_timeout {
+                    kube_config.read_timeout = Some(timeout);
+                }
+                let op_client = Client::try_from(kube_config).expect("client");
+                operators.push(
+                    operator::start(op_client, config)
                         .await
                         .expect("operator starts"),
-                )
+                );
             }
-            None => None,
-        };
+        }
         let mut env = Env {
             client,
             namespace,
             emulator,
-            operator,
+            operators,
             kubelet: None,
             prefix,
         };
@@ -252,7 +292,7 @@ impl Env {
                 .await;
             let _ = sim::delete_sim_nodes(&self.client).await;
         }
-        if let Some(op) = self.operator.take() {
+        for op in self.operators.drain(..) {
             let _ = op.stop().await;
         }
         if let Some(emulator) = self.emulator.take() {
@@ -289,7 +329,9 @@ pub fn uid(pod: &Pod) -> String {
 
 /// Read one counter from the in-process operator's /metrics (0 when not available).
 pub async fn metric_value(env: &Env, name: &str) -> u64 {
-    let Some(op) = &env.operator else { return 0 };
+    let Some(op) = env.operators.first() else {
+        return 0;
+    };
     let text = op.context.metrics.render();
     text.lines()
         .find(|l| l.starts_with(name) && !l.starts_with('#'))

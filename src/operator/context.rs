@@ -26,6 +26,8 @@ pub struct Context {
     pub nodes: Store<Node>,
     /// True once the caches have synced (or while standing by as a non-leader).
     pub ready: AtomicBool,
+    /// True while this replica reconciles (always, without leader election).
+    pub leader: AtomicBool,
     memory: Mutex<HashMap<String, ClusterMemory>>,
 }
 
@@ -65,6 +67,7 @@ impl Context {
             pods,
             nodes,
             ready: AtomicBool::new(false),
+            leader: AtomicBool::new(false),
             memory: Mutex::new(HashMap::new()),
         }
     }

@@ -114,13 +114,20 @@ impl LeaderElector {
     }
 
     /// Keep renewing; the receiver turns false (and the task ends) once the lease is lost.
+    /// Dropping the receiver (the operator stopped) releases the lease for a fast handover.
     pub fn keep_renewing(self) -> watch::Receiver<bool> {
         let (tx, rx) = watch::channel(true);
         tokio::spawn(async move {
             let mut last_renewal = tokio::time::Instant::now();
             let duration = Duration::try_from(self.duration).unwrap_or(Duration::from_secs(15));
             loop {
-                tokio::time::sleep(self.renew_every()).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(self.renew_every()) => {}
+                    _ = tx.closed() => {
+                        self.release().await;
+                        return;
+                    }
+                }
                 match self.try_acquire_or_renew().await {
                     Ok(true) => last_renewal = tokio::time::Instant::now(),
                     Ok(false) => break,
@@ -135,6 +142,27 @@ impl LeaderElector {
             let _ = tx.send(false);
         });
         rx
+    }
+
+    /// Give the lease up if we still hold it (best effort).
+    pub async fn release(&self) {
+        let Ok(Some(mut lease)) = self.api.get_opt(&self.name).await else {
+            return;
+        };
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+            return;
+        }
+        spec.holder_identity = None;
+        spec.renew_time = None;
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        match self.api.replace(&self.name, &params, &lease).await {
+            Ok(_) => tracing::info!(lease = %self.name, "released the leader lease"),
+            Err(e) => tracing::warn!(error = %e, "could not release the leader lease"),
+        }
     }
 
     pub fn lost_error(&self) -> Error {

@@ -79,9 +79,21 @@ pub async fn start(client: Client, config: OperatorConfig) -> Result<OperatorHan
 pub async fn run(
     client: Client,
     config: OperatorConfig,
-    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    shutdown: impl Future<Output = ()> + Send + 'static,
     started: Option<oneshot::Sender<(SocketAddr, Arc<Context>)>>,
 ) -> Result<()> {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    };
+
     let (tc_api, pod_api): (Api<DeserializeGuard<TrainCluster>>, Api<Pod>) = match &config.namespace
     {
         Some(ns) => (
@@ -96,28 +108,13 @@ pub async fn run(
     };
     let node_api: Api<Node> = Api::all(client.clone());
 
-    // Narrow watches: only the operator's pods, only TPU nodes.
-    let (pods, pod_writer) = reflector::store_shared::<Pod>(1024);
-    let (nodes, node_writer) = reflector::store_shared::<Node>(1024);
-    let pod_events = pod_writer.subscribe().expect("shared store");
-    let node_events = node_writer.subscribe().expect("shared store");
-    let pod_watch = watcher(pod_api, watcher::Config::default().labels(LABEL_CLUSTER))
-        .default_backoff()
-        .reflect_shared(pod_writer)
-        .for_each(|_| futures::future::ready(()));
-    let node_watch = watcher(
-        node_api,
-        watcher::Config::default().labels(NODE_LABEL_ACCELERATOR),
-    )
-    .default_backoff()
-    .reflect_shared(node_writer)
-    .for_each(|_| futures::future::ready(()));
-
     let reporter = Reporter {
         controller: OPERATOR_NAME.into(),
         instance: Some(config.identity()),
     };
     let recorder = Recorder::new(client.clone(), reporter);
+    let (pods, pod_writer) = reflector::store_shared::<Pod>(1024);
+    let (nodes, node_writer) = reflector::store_shared::<Node>(1024);
     let ctx = Arc::new(Context::new(
         client.clone(),
         config.clone(),
@@ -127,6 +124,10 @@ pub async fn run(
     ));
     let metrics_addr = http::serve(config.metrics_addr, ctx.clone()).await?;
     tracing::info!(%metrics_addr, namespace = ?config.namespace, "serving /metrics, /healthz, /readyz");
+    // Started (serving health and metrics) before the lease: a standby is healthy and ready.
+    if let Some(started) = started {
+        let _ = started.send((metrics_addr, ctx.clone()));
+    }
 
     let mut lost = None;
     if config.leader_election {
@@ -141,17 +142,32 @@ pub async fn run(
             &config.identity(),
             config.lease_duration_seconds,
         );
-        // A standby is healthy and ready; it just does not reconcile.
         ctx.ready.store(true, Ordering::Relaxed);
         tracing::info!(lease = %config.lease_name, %namespace, identity = %config.identity(), "waiting for the leader lease");
-        elector.acquire().await?;
+        tokio::select! {
+            acquired = elector.acquire() => acquired?,
+            _ = stopped() => return Ok(()),
+        }
         tracing::info!("acquired the leader lease");
         let err = elector.lost_error();
         lost = Some((elector.keep_renewing(), err));
     }
-    if let Some(started) = started {
-        let _ = started.send((metrics_addr, ctx.clone()));
-    }
+    ctx.leader.store(true, Ordering::Relaxed);
+
+    // Narrow watches: only the operator's pods, only TPU nodes. Started only once leading.
+    let pod_events = pod_writer.subscribe().expect("shared store");
+    let node_events = node_writer.subscribe().expect("shared store");
+    let pod_watch = watcher(pod_api, watcher::Config::default().labels(LABEL_CLUSTER))
+        .default_backoff()
+        .reflect_shared(pod_writer)
+        .for_each(|_| futures::future::ready(()));
+    let node_watch = watcher(
+        node_api,
+        watcher::Config::default().labels(NODE_LABEL_ACCELERATOR),
+    )
+    .default_backoff()
+    .reflect_shared(node_writer)
+    .for_each(|_| futures::future::ready(()));
 
     let controller = Controller::new(tc_api, watcher::Config::default())
         .with_config(ControllerConfig::default().concurrency(config.concurrency));
@@ -191,7 +207,7 @@ pub async fn run(
             watcher::Config::default().labels(LABEL_CLUSTER),
         )
         .watches_shared_stream(node_events, node_to_clusters)
-        .graceful_shutdown_on(shutdown)
+        .graceful_shutdown_on(stopped())
         .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
         .for_each(|result| async move {
             if let Err(e) = result {
@@ -212,12 +228,14 @@ pub async fn run(
             None => futures::future::pending().await,
         }
     };
-    tokio::select! {
+    let result = tokio::select! {
         _ = controller => Ok(()),
         _ = pod_watch => Ok(()),
         _ = node_watch => Ok(()),
         err = lost_future => Err(err),
-    }
+    };
+    ctx.leader.store(false, Ordering::Relaxed);
+    result
 }
 
 /// Set up logging: text for people, JSON for pipelines; RUST_LOG filters (default info).
