@@ -8,6 +8,7 @@ pub const FIELD_MANAGER: &str = "slice-operator";
 pub const OPERATOR_NAME: &str = "slice-operator";
 
 // Labels on every pod the operator creates (one prefix: `slices.dev/`).
+pub const LABEL_PREFIX: &str = "slices.dev/";
 pub const LABEL_CLUSTER: &str = "slices.dev/cluster";
 pub const LABEL_ROLE: &str = "slices.dev/role";
 pub const LABEL_GROUP: &str = "slices.dev/group";

@@ -233,18 +233,17 @@ impl World {
     }
 
     pub fn apply(&mut self, plan: &Plan) {
-        for delete in &plan.delete {
-            self.pods.retain(|p| {
-                !delete
-                    .pods
-                    .iter()
-                    .any(|d| Some(&d.name) == p.metadata.name.as_ref())
-            });
-        }
+        let deleted: std::collections::HashSet<&str> = plan
+            .delete
+            .iter()
+            .flat_map(|d| d.pods.iter().map(|p| p.name.as_str()))
+            .collect();
+        self.pods
+            .retain(|p| !deleted.contains(p.metadata.name.as_deref().unwrap_or_default()));
+        let mut scheduler = Scheduler::new(&self.nodes, &self.pods);
         for create in &plan.create {
             for pod in &create.pods {
-                let node = self.pick_node(pod);
-                let pod = match node {
+                let pod = match scheduler.pick(pod) {
                     Some(node) => run_on(pod.clone(), &node),
                     None => {
                         let mut p = pod.clone();
@@ -271,26 +270,6 @@ impl World {
             }
         }
         limit
-    }
-
-    fn pick_node(&self, pod: &Pod) -> Option<String> {
-        let selector = pod.spec.as_ref()?.node_selector.as_ref()?;
-        self.nodes
-            .iter()
-            .filter(|n| {
-                let labels = n.metadata.labels.as_ref();
-                selector
-                    .iter()
-                    .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
-            })
-            .filter(|n| crate::inventory::node_health(n) == crate::inventory::NodeHealth::Ready)
-            .map(|n| n.metadata.name.clone().unwrap_or_default())
-            .find(|name| {
-                !self
-                    .pods
-                    .iter()
-                    .any(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()) == Some(name))
-            })
     }
 
     pub fn worker_pods(&self) -> Vec<&Pod> {
@@ -358,5 +337,69 @@ impl World {
 
     pub fn label_of(pod: &Pod, key: &str) -> Option<String> {
         pod.metadata.labels.as_ref()?.get(key).cloned()
+    }
+}
+
+/// A first-fit scheduler for [`World`]: nodes indexed by node pool and name, so placing
+/// 64,000 pods stays linear.
+struct Scheduler<'a> {
+    by_pool: std::collections::HashMap<&'a str, Vec<&'a Node>>,
+    by_name: std::collections::HashMap<&'a str, &'a Node>,
+    all: &'a [Arc<Node>],
+    used: std::collections::HashSet<String>,
+}
+
+impl<'a> Scheduler<'a> {
+    fn new(nodes: &'a [Arc<Node>], pods: &[Arc<Pod>]) -> Scheduler<'a> {
+        let mut by_pool: std::collections::HashMap<&str, Vec<&Node>> = Default::default();
+        let mut by_name = std::collections::HashMap::new();
+        for node in nodes {
+            let labels = node.metadata.labels.as_ref();
+            if let Some(pool) = labels.and_then(|l| l.get(NODE_LABEL_NODEPOOL)) {
+                by_pool.entry(pool.as_str()).or_default().push(node);
+            }
+            by_name.insert(
+                node.metadata.name.as_deref().unwrap_or_default(),
+                node.as_ref(),
+            );
+        }
+        let used = pods
+            .iter()
+            .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+            .collect();
+        Scheduler {
+            by_pool,
+            by_name,
+            all: nodes,
+            used,
+        }
+    }
+
+    fn pick(&mut self, pod: &Pod) -> Option<String> {
+        let selector = pod.spec.as_ref()?.node_selector.as_ref()?;
+        let candidates: Vec<&Node> = if let Some(pool) = selector.get(NODE_LABEL_NODEPOOL) {
+            self.by_pool.get(pool.as_str()).cloned().unwrap_or_default()
+        } else if let Some(host) = selector.get("kubernetes.io/hostname") {
+            self.by_name
+                .get(host.as_str())
+                .copied()
+                .into_iter()
+                .collect()
+        } else {
+            self.all.iter().map(Arc::as_ref).collect()
+        };
+        let node = candidates.into_iter().find(|n| {
+            let labels = n.metadata.labels.as_ref();
+            selector
+                .iter()
+                .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+                && crate::inventory::node_health(n) == crate::inventory::NodeHealth::Ready
+                && !self
+                    .used
+                    .contains(n.metadata.name.as_deref().unwrap_or_default())
+        })?;
+        let name = node.metadata.name.clone().unwrap_or_default();
+        self.used.insert(name.clone());
+        Some(name)
     }
 }

@@ -3,11 +3,11 @@
 //! Built from the Nodes carrying the GKE TPU accelerator label and the pods the operator sees.
 //! One multi-host slice is one node pool; a single-host slice is one node.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use rayon::prelude::*;
 
 use crate::constants::*;
 use crate::tpu::Topology;
@@ -53,7 +53,8 @@ pub enum NodeHealth {
 #[derive(Clone, Debug)]
 pub struct NodeState {
     pub name: String,
-    pub slice: String,
+    /// Index of its slice in the inventory.
+    slice: usize,
     pub health: NodeHealth,
 }
 
@@ -71,6 +72,10 @@ pub struct Slice {
     pub occupancy: Occupancy,
     /// True when the slice is single-host (pinned by node name rather than node pool).
     pub single_host: bool,
+    /// Lost regardless of time: a node terminating or being deleted.
+    lost: Option<String>,
+    /// Earliest NotReady transition among its nodes, for the grace period.
+    not_ready_since: Option<Timestamp>,
 }
 
 impl Slice {
@@ -88,10 +93,15 @@ impl Slice {
     }
 }
 
+type FastMap<K, V> = rustc_hash::FxHashMap<K, V>;
+
 #[derive(Clone, Debug, Default)]
 pub struct Inventory {
-    slices: BTreeMap<String, Slice>,
-    nodes: HashMap<String, NodeState>,
+    /// In node order of first appearance; `order` lists them sorted by id.
+    slices: Vec<Slice>,
+    order: Vec<usize>,
+    by_id: FastMap<String, usize>,
+    nodes: FastMap<String, NodeState>,
 }
 
 impl Inventory {
@@ -99,24 +109,53 @@ impl Inventory {
     /// operator's labels mark their slice as held; other pods requesting `google.com/tpu`
     /// mark it foreign. Nodes without the accelerator label are ignored.
     pub fn build(nodes: &[Arc<Node>], pods: &[Arc<Pod>]) -> Inventory {
-        let mut slices: BTreeMap<String, Slice> = BTreeMap::new();
-        let mut node_states = HashMap::with_capacity(nodes.len());
-        for node in nodes {
-            let Some(obs) = observe_node(node) else {
-                continue;
+        let mut slices: Vec<Slice> = Vec::new();
+        let mut by_id: FastMap<String, usize> = FastMap::default();
+        let mut node_states: FastMap<String, NodeState> = FastMap::default();
+        node_states.reserve(nodes.len());
+        // Reading each node is independent and bound by memory latency: spread it out.
+        let observations: Vec<NodeObservation> =
+            nodes.par_iter().filter_map(|n| observe_node(n)).collect();
+        for obs in observations {
+            let index = match by_id.get(obs.slice_id.as_str()) {
+                Some(i) => *i,
+                None => {
+                    slices.push(Slice {
+                        id: obs.slice_id.clone(),
+                        accelerator: obs.accelerator.clone(),
+                        topology: obs.topology.clone(),
+                        chips_per_host: obs.chips,
+                        hosts_expected: obs.hosts_expected,
+                        nodes: Vec::new(),
+                        not_ready: obs.label_problem.clone(),
+                        occupancy: Occupancy::Free,
+                        single_host: obs.single_host,
+                        lost: None,
+                        not_ready_since: None,
+                    });
+                    by_id.insert(obs.slice_id.clone(), slices.len() - 1);
+                    slices.len() - 1
+                }
             };
-            let slice = slices.entry(obs.slice_id.clone()).or_insert_with(|| Slice {
-                id: obs.slice_id.clone(),
-                accelerator: obs.accelerator.clone(),
-                topology: obs.topology.clone(),
-                chips_per_host: obs.chips,
-                hosts_expected: obs.hosts_expected,
-                nodes: Vec::new(),
-                not_ready: obs.label_problem.clone(),
-                occupancy: Occupancy::Free,
-                single_host: obs.single_host,
-            });
+            let slice = &mut slices[index];
             slice.nodes.push(obs.name.clone());
+            match &obs.health {
+                NodeHealth::Terminating { reason } => {
+                    slice
+                        .lost
+                        .get_or_insert_with(|| format!("node {}: {reason}", obs.name));
+                }
+                NodeHealth::NotReady { since: Some(since) } => {
+                    slice.not_ready_since =
+                        Some(slice.not_ready_since.map_or(*since, |s| s.min(*since)));
+                }
+                NodeHealth::NotReady { since: None } => {
+                    slice
+                        .lost
+                        .get_or_insert_with(|| format!("node {} is NotReady", obs.name));
+                }
+                _ => {}
+            }
             if slice.not_ready.is_none() {
                 slice.not_ready = match &obs.health {
                     NodeHealth::Ready => None,
@@ -140,12 +179,12 @@ impl Inventory {
                 obs.name.clone(),
                 NodeState {
                     name: obs.name,
-                    slice: obs.slice_id,
+                    slice: index,
                     health: obs.health,
                 },
             );
         }
-        for slice in slices.values_mut() {
+        for slice in &mut slices {
             slice.nodes.sort();
             if slice.not_ready.is_none() && slice.hosts_present() != slice.hosts_expected {
                 slice.not_ready = Some(format!(
@@ -156,71 +195,87 @@ impl Inventory {
             }
         }
 
-        let mut holders: HashMap<&str, BTreeSet<Holder>> = HashMap::new();
-        let mut foreign: BTreeSet<&str> = BTreeSet::new();
-        for pod in pods {
-            if is_terminal(pod) {
+        // Occupancy. Members of one group share a group key, so comparing that short label
+        // first keeps this linear and cheap; the full holder is built once per slice.
+        let mut first_key: Vec<Option<&str>> = vec![None; slices.len()];
+        let mut holders: Vec<Vec<Holder>> = vec![Vec::new(); slices.len()];
+        let mut foreign = vec![false; slices.len()];
+        let claims: Vec<(usize, Option<&str>, &Pod)> = pods
+            .par_iter()
+            .filter_map(|pod| {
+                if is_terminal(pod) {
+                    return None;
+                }
+                let labels = pod.metadata.labels.as_ref();
+                let bound = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_deref())
+                    .and_then(|n| node_states.get(n))
+                    .map(|n| n.slice);
+                let index = bound.or_else(|| {
+                    labels
+                        .and_then(|l| l.get(LABEL_SLICE))
+                        .and_then(|id| by_id.get(id.as_str()).copied())
+                })?;
+                let key = labels
+                    .and_then(|l| l.get(LABEL_GROUP_KEY))
+                    .map(String::as_str);
+                Some((index, key, pod.as_ref()))
+            })
+            .collect();
+        for (index, key, pod) in claims {
+            if key.is_some() && first_key[index] == key {
                 continue;
             }
-            let bound_slice = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_deref())
-                .and_then(|n| node_states.get(n))
-                .map(|n| n.slice.as_str());
-            let labels = pod.metadata.labels.as_ref();
-            let pinned_slice = labels.and_then(|l| l.get(LABEL_SLICE)).map(String::as_str);
-            let Some(slice_id) = bound_slice.or(pinned_slice) else {
-                continue;
-            };
-            let Some((slice_key, _)) = slices.get_key_value(slice_id) else {
-                continue;
-            };
             match holder_of(pod) {
                 Some(holder) => {
-                    holders
-                        .entry(slice_key.as_str())
-                        .or_default()
-                        .insert(holder);
+                    if first_key[index].is_none() {
+                        first_key[index] = key;
+                    }
+                    if !holders[index].contains(&holder) {
+                        holders[index].push(holder);
+                    }
                 }
-                None if requests_tpu(pod) => {
-                    foreign.insert(slice_key.as_str());
-                }
+                None if requests_tpu(pod) => foreign[index] = true,
                 None => {}
             }
         }
-        let mut occupancy: Vec<(String, Occupancy)> = Vec::new();
-        for (id, set) in holders {
-            let occ = if set.len() == 1 {
-                Occupancy::Held(set.into_iter().next().expect("one holder"))
+        for (i, slice) in slices.iter_mut().enumerate() {
+            let mut held = std::mem::take(&mut holders[i]);
+            slice.occupancy = if foreign[i] {
+                Occupancy::Foreign
+            } else if held.len() == 1 {
+                Occupancy::Held(held.pop().expect("one holder"))
+            } else if held.is_empty() {
+                Occupancy::Free
             } else {
-                Occupancy::Contended(set.into_iter().collect())
+                held.sort();
+                Occupancy::Contended(held)
             };
-            occupancy.push((id.to_string(), occ));
         }
-        let foreign: Vec<String> = foreign.into_iter().map(str::to_string).collect();
-        for (id, occ) in occupancy {
-            if let Some(s) = slices.get_mut(&id) {
-                s.occupancy = occ;
-            }
-        }
-        for id in foreign {
-            if let Some(s) = slices.get_mut(&id) {
-                s.occupancy = Occupancy::Foreign;
-            }
-        }
+        let mut order: Vec<usize> = (0..slices.len()).collect();
+        order.sort_by(|a, b| slices[*a].id.cmp(&slices[*b].id));
         Inventory {
             slices,
+            order,
+            by_id,
             nodes: node_states,
         }
     }
 
+    /// Slices in id order.
     pub fn slices(&self) -> impl Iterator<Item = &Slice> {
-        self.slices.values()
+        self.order.iter().map(|i| &self.slices[*i])
     }
 
     pub fn slice(&self, id: &str) -> Option<&Slice> {
-        self.slices.get(id)
+        self.by_id.get(id).map(|i| &self.slices[*i])
+    }
+
+    /// The slice a node belongs to.
+    pub fn slice_of_node(&self, node: &str) -> Option<&Slice> {
+        self.nodes.get(node).map(|n| &self.slices[n.slice])
     }
 
     pub fn node(&self, name: &str) -> Option<&NodeState> {
@@ -251,19 +306,12 @@ impl Inventory {
     /// When a NotReady node of this slice stops being tolerated, if one is within its grace.
     pub fn grace_deadline(&self, slice: &Slice, grace: jiff::SignedDuration) -> Option<Timestamp> {
         slice
-            .nodes
-            .iter()
-            .filter_map(|n| match self.nodes.get(n).map(|n| &n.health) {
-                Some(NodeHealth::NotReady { since: Some(since) }) => {
-                    since.saturating_add(grace).ok()
-                }
-                _ => None,
-            })
-            .min()
+            .not_ready_since
+            .and_then(|since| since.saturating_add(grace).ok())
     }
 
     /// Why a slice held by a group counts as lost (see [`Inventory::node_lost`]); a missing
-    /// host also loses it.
+    /// host also loses it. Constant time: the facts are gathered when the inventory is built.
     pub fn slice_lost(
         &self,
         slice: &Slice,
@@ -278,10 +326,17 @@ impl Inventory {
                 slice.hosts_expected
             ));
         }
-        slice
-            .nodes
-            .iter()
-            .find_map(|n| self.node_lost(n, now, grace))
+        if let Some(reason) = &slice.lost {
+            return Some(reason.clone());
+        }
+        let deadline = self.grace_deadline(slice, grace)?;
+        (deadline <= now).then(|| {
+            format!(
+                "slice {}: a node has been NotReady since before {}",
+                slice.id,
+                deadline - grace
+            )
+        })
     }
 
     pub fn len(&self) -> usize {

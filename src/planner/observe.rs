@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Pod;
+use rayon::prelude::*;
 
 use super::reason::DeleteReason;
 use crate::constants::*;
@@ -28,85 +29,138 @@ pub struct ObservedReplica<'a> {
     pub epoch: Option<u64>,
     pub incarnation: u64,
     /// The slice the group runs on (from its nodes) or is pinned to.
-    pub slice: Option<String>,
+    pub slice: Option<&'a str>,
     /// Every member Running and Ready.
     pub ready: bool,
     pub verdict: Verdict,
+}
+
+/// The operator's labels of one pod, parsed once (the planner looks at 64,000 of them).
+#[derive(Clone, Copy, Debug)]
+pub struct PodFacts<'a> {
+    pub pod: &'a Pod,
+    pub cluster: Option<&'a str>,
+    pub role: Option<&'a str>,
+    pub group: Option<&'a str>,
+    pub replica: Option<u32>,
+    pub host: Option<u64>,
+    pub epoch: Option<u64>,
+    pub incarnation: Option<u64>,
+    pub slice: Option<&'a str>,
+}
+
+impl<'a> PodFacts<'a> {
+    pub fn of(pod: &'a Pod) -> PodFacts<'a> {
+        let mut facts = PodFacts {
+            pod,
+            cluster: None,
+            role: None,
+            group: None,
+            replica: None,
+            host: None,
+            epoch: None,
+            incarnation: None,
+            slice: None,
+        };
+        let Some(labels) = pod.metadata.labels.as_ref() else {
+            return facts;
+        };
+        // Keys are sorted: jump to our prefix and stop after it.
+        for (key, value) in labels.range::<str, _>((
+            std::ops::Bound::Included(LABEL_PREFIX),
+            std::ops::Bound::Unbounded,
+        )) {
+            let Some(suffix) = key.strip_prefix(LABEL_PREFIX) else {
+                break;
+            };
+            let v = value.as_str();
+            match suffix {
+                "cluster" => facts.cluster = Some(v),
+                "role" => facts.role = Some(v),
+                "group" => facts.group = Some(v),
+                "replica-index" => facts.replica = v.parse().ok(),
+                "host-index" => facts.host = v.parse().ok(),
+                "epoch" => facts.epoch = v.parse().ok(),
+                "incarnation" => facts.incarnation = v.parse().ok(),
+                "slice" => facts.slice = Some(v),
+                _ => {}
+            }
+        }
+        facts
+    }
 }
 
 /// Group this worker group's pods by replica index. Pods whose replica index label is
 /// missing or malformed are returned separately (the planner deletes them: they can never
 /// belong to a complete group).
 pub fn replicas<'a>(
-    pods: &[&'a Pod],
+    pods: &[PodFacts<'a>],
     hosts: u32,
     tpu: bool,
-    inventory: &Inventory,
+    inventory: &'a Inventory,
     now: Timestamp,
     grace: SignedDuration,
 ) -> (BTreeMap<u32, ObservedReplica<'a>>, Vec<&'a Pod>) {
-    let mut by_replica: BTreeMap<u32, Vec<&'a Pod>> = BTreeMap::new();
+    // Group by sorting (replica, position) pairs: no per-pod map inserts or copies.
+    let mut order: Vec<(u32, usize)> = Vec::with_capacity(pods.len());
     let mut strays = Vec::new();
-    for pod in pods {
-        match label_u64(pod, LABEL_REPLICA_INDEX).and_then(|r| u32::try_from(r).ok()) {
-            Some(r) => by_replica.entry(r).or_default().push(pod),
-            None => strays.push(*pod),
+    for (i, facts) in pods.iter().enumerate() {
+        match facts.replica {
+            Some(r) => order.push((r, i)),
+            None => strays.push(facts.pod),
         }
     }
-    let observed = by_replica
-        .into_iter()
-        .map(|(replica, pods)| {
-            let obs = judge(replica, pods, hosts, tpu, inventory, now, grace);
-            (replica, obs)
+    order.sort_unstable();
+    let chunks: Vec<&[(u32, usize)]> = order.chunk_by(|a, b| a.0 == b.0).collect();
+    let observed = chunks
+        .par_iter()
+        .map(|chunk| {
+            let members: Vec<PodFacts<'a>> = chunk.iter().map(|(_, i)| pods[*i]).collect();
+            let replica = chunk[0].0;
+            (
+                replica,
+                judge(replica, &members, hosts, tpu, inventory, now, grace),
+            )
         })
+        .collect::<Vec<_>>()
+        .into_iter()
         .collect();
     (observed, strays)
 }
 
 fn judge<'a>(
     replica: u32,
-    pods: Vec<&'a Pod>,
+    facts: &[PodFacts<'a>],
     hosts: u32,
     tpu: bool,
-    inventory: &Inventory,
+    inventory: &'a Inventory,
     now: Timestamp,
     grace: SignedDuration,
 ) -> ObservedReplica<'a> {
-    let epochs: Vec<Option<u64>> = pods.iter().map(|p| label_u64(p, LABEL_EPOCH)).collect();
-    let epoch = match epochs.first() {
-        Some(first) if epochs.iter().all(|e| e == first) => *first,
-        _ => None,
+    let first_epoch = facts.first().and_then(|f| f.epoch);
+    let epoch = if facts.iter().all(|f| f.epoch == first_epoch) {
+        first_epoch
+    } else {
+        None
     };
-    let incarnation = pods
+    let incarnation = facts
         .iter()
-        .filter_map(|p| label_u64(p, LABEL_INCARNATION))
+        .filter_map(|f| f.incarnation)
         .max()
         .unwrap_or(0);
-    let node_slice = pods.iter().find_map(|p| {
-        let node = p.spec.as_ref()?.node_name.as_deref()?;
-        inventory.node(node).map(|n| n.slice.clone())
+    let node_slice = facts.iter().find_map(|f| {
+        let node = f.pod.spec.as_ref()?.node_name.as_deref()?;
+        inventory.slice_of_node(node).map(|s| s.id.as_str())
     });
-    let pinned = pods
-        .iter()
-        .find_map(|p| p.metadata.labels.as_ref()?.get(LABEL_SLICE).cloned());
-    let slice = node_slice.or(pinned.clone());
-    let ready = pods.len() == hosts as usize && pods.iter().all(|p| is_running_and_ready(p));
-    let verdict = verdict(
-        &pods,
-        hosts,
-        tpu,
-        pinned.as_deref(),
-        epoch,
-        inventory,
-        now,
-        grace,
-    );
+    let pinned = facts.iter().find_map(|f| f.slice);
+    let ready = facts.len() == hosts as usize && facts.iter().all(|f| is_running_and_ready(f.pod));
+    let verdict = verdict(facts, hosts, tpu, pinned, epoch, inventory, now, grace);
     ObservedReplica {
         replica,
-        pods,
+        pods: facts.iter().map(|f| f.pod).collect(),
         epoch,
         incarnation,
-        slice,
+        slice: node_slice.or(pinned),
         ready,
         verdict,
     }
@@ -114,7 +168,7 @@ fn judge<'a>(
 
 #[allow(clippy::too_many_arguments)]
 fn verdict(
-    pods: &[&Pod],
+    facts: &[PodFacts<'_>],
     hosts: u32,
     tpu: bool,
     pinned: Option<&str>,
@@ -123,19 +177,19 @@ fn verdict(
     now: Timestamp,
     grace: SignedDuration,
 ) -> Verdict {
-    let terminating = |p: &&&Pod| p.metadata.deletion_timestamp.is_some();
-    if pods.iter().all(|p| terminating(&p)) {
+    let terminating = |p: &Pod| p.metadata.deletion_timestamp.is_some();
+    if facts.iter().all(|f| terminating(f.pod)) {
         return Verdict::Draining;
     }
     // Node loss first: when a slice goes away its pods also fail, and that is a preemption.
     if tpu {
-        for pod in pods {
-            let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+        for f in facts {
+            let node = f.pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
             if let Some(node) = node
                 && let Some(why) = inventory.node_lost(node, now, grace)
             {
                 return Verdict::Broken(DeleteReason::NodeLost {
-                    pod: name(pod),
+                    pod: name(f.pod),
                     detail: why,
                 });
             }
@@ -147,54 +201,52 @@ fn verdict(
             };
             if let Some(why) = lost {
                 return Verdict::Broken(DeleteReason::NodeLost {
-                    pod: name(pods[0]),
+                    pod: name(facts[0].pod),
                     detail: why,
                 });
             }
         }
     }
-    if let Some(pod) = pods.iter().find(terminating) {
-        return Verdict::Broken(DeleteReason::MemberDeleted { pod: name(pod) });
+    if let Some(f) = facts.iter().find(|f| terminating(f.pod)) {
+        return Verdict::Broken(DeleteReason::MemberDeleted { pod: name(f.pod) });
     }
-    for pod in pods {
-        match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
+    for f in facts {
+        let status = f.pod.status.as_ref();
+        match status.and_then(|s| s.phase.as_deref()) {
             Some("Failed") => {
-                return Verdict::Broken(DeleteReason::MemberFailed { pod: name(pod) });
+                return Verdict::Broken(DeleteReason::MemberFailed { pod: name(f.pod) });
             }
             Some("Succeeded") => {
-                return Verdict::Broken(DeleteReason::MemberExited { pod: name(pod) });
+                return Verdict::Broken(DeleteReason::MemberExited { pod: name(f.pod) });
             }
             _ => {}
         }
-        let statuses = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.container_statuses.as_deref());
+        let statuses = status.and_then(|s| s.container_statuses.as_deref());
         if let Some(c) = statuses
             .unwrap_or_default()
             .iter()
             .find(|c| c.restart_count > 0)
         {
             return Verdict::Broken(DeleteReason::ContainerRestarted {
-                pod: name(pod),
+                pod: name(f.pod),
                 container: c.name.clone(),
             });
         }
     }
     let mut seen = vec![false; hosts as usize];
-    for pod in pods {
-        match label_u64(pod, LABEL_HOST_INDEX) {
+    for f in facts {
+        match f.host {
             Some(h) if h < u64::from(hosts) => {
                 if std::mem::replace(&mut seen[h as usize], true) {
                     return Verdict::Broken(DeleteReason::DuplicateHostIndex { host: h as u32 });
                 }
             }
-            _ => return Verdict::Broken(DeleteReason::BadHostIndex { pod: name(pod) }),
+            _ => return Verdict::Broken(DeleteReason::BadHostIndex { pod: name(f.pod) }),
         }
     }
-    if pods.len() < hosts as usize {
+    if facts.len() < hosts as usize {
         return Verdict::Broken(DeleteReason::Incomplete {
-            present: pods.len() as u32,
+            present: facts.len() as u32,
             expected: hosts,
         });
     }
