@@ -14,6 +14,7 @@ pub mod inventory;
 pub mod operator;
 pub mod planner;
 pub mod sim;
+pub mod simulate;
 #[doc(hidden)]
 pub mod testing;
 pub mod tpu;

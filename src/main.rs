@@ -7,7 +7,12 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use kube::CustomResourceExt;
 use slice_operator::api::TrainCluster;
+use slice_operator::operator::{self, OperatorConfig};
 use slice_operator::planner::render::preview_pods;
+use slice_operator::sim::{NodePoolSpec, Scenario};
+use slice_operator::simulate::SimulateOptions;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 #[derive(Parser)]
 #[command(
@@ -22,6 +27,30 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the operator against a cluster (kubeconfig or in-cluster service account).
+    Run(OperatorConfig),
+    /// Run a scenario on an embedded, simulated cluster: API emulator, fake TPU node pools,
+    /// fake kubelet and the operator in one process. No real cluster needed.
+    Simulate {
+        /// Scenario file (see examples/); the built-in default scenario when omitted.
+        scenario: Option<PathBuf>,
+        /// Keep the emulated API running afterwards and write a kubeconfig for kubectl here.
+        #[arg(long, value_name = "KUBECONFIG_OUT", num_args = 0..=1, default_missing_value = "simulate.kubeconfig")]
+        serve: Option<PathBuf>,
+        /// Seconds to wait for every cluster to settle after the timeline.
+        #[arg(long, default_value_t = 60)]
+        settle_timeout: u64,
+    },
+    /// Create fake TPU node pools in a real cluster without kubelets for them, and act as
+    /// their kubelet (bind, run, report status) until interrupted.
+    FakeKubelet {
+        /// Kubeconfig file (default: $KUBECONFIG or ~/.kube/config).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// A node pool as NAME=ACCELERATOR:TOPOLOGY, e.g. pool-a=tpu-v6e-slice:2x4. Repeatable.
+        #[arg(long = "pool", required = true)]
+        pools: Vec<String>,
+    },
     /// Print the TrainCluster CustomResourceDefinition as YAML.
     Crd,
     /// Print the worker pods a TrainCluster would get with N slices per group, as JSON.
@@ -40,6 +69,15 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Crd => print_crd(),
         Command::RenderPods { file, slices } => render(&file, slices),
+        Command::Run(config) => runtime().and_then(|rt| rt.block_on(run(config))),
+        Command::Simulate {
+            scenario,
+            serve,
+            settle_timeout,
+        } => runtime().and_then(|rt| rt.block_on(simulate(scenario, serve, settle_timeout))),
+        Command::FakeKubelet { kubeconfig, pools } => {
+            runtime().and_then(|rt| rt.block_on(fake_kubelet(kubeconfig, pools)))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -48,6 +86,91 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("shutting down");
+}
+
+async fn run(config: OperatorConfig) -> anyhow::Result<()> {
+    operator::init_tracing(config.log_format);
+    let client = operator::client_for(&config).await?;
+    operator::run(client, config, shutdown_signal(), None).await?;
+    Ok(())
+}
+
+async fn simulate(
+    scenario: Option<PathBuf>,
+    serve: Option<PathBuf>,
+    settle_timeout: u64,
+) -> anyhow::Result<()> {
+    if std::env::var_os("RUST_LOG").is_none() {
+        // Keep the operator's own logs out of the progress lines unless asked for.
+        tracing_subscriber::fmt().with_env_filter("error").init();
+    } else {
+        operator::init_tracing(operator::LogFormat::Text);
+    }
+    let scenario = match &scenario {
+        Some(path) => {
+            Scenario::from_file(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+        }
+        None => Scenario::from_yaml(slice_operator::simulate::DEFAULT_SCENARIO)?,
+    };
+    let out: Arc<Mutex<dyn std::io::Write + Send>> = Arc::new(Mutex::new(std::io::stdout()));
+    let options = SimulateOptions {
+        scenario,
+        serve,
+        settle_timeout: Duration::from_secs(settle_timeout),
+    };
+    slice_operator::simulate::simulate(options, out).await?;
+    Ok(())
+}
+
+async fn fake_kubelet(kubeconfig: Option<PathBuf>, pools: Vec<String>) -> anyhow::Result<()> {
+    operator::init_tracing(operator::LogFormat::Text);
+    let mut specs = Vec::new();
+    for pool in &pools {
+        let (name, rest) = pool.split_once('=').ok_or_else(|| {
+            anyhow::anyhow!(
+                "--pool {pool}: expected NAME=ACCELERATOR:TOPOLOGY, e.g. pool-a=tpu-v6e-slice:2x4"
+            )
+        })?;
+        let (accelerator, topology) = rest.split_once(':').ok_or_else(|| {
+            anyhow::anyhow!(
+                "--pool {pool}: expected NAME=ACCELERATOR:TOPOLOGY, e.g. pool-a=tpu-v6e-slice:2x4"
+            )
+        })?;
+        specs.push(NodePoolSpec::new(name, accelerator, topology));
+    }
+    let mut config = OperatorConfig::for_tests();
+    config.kubeconfig = kubeconfig;
+    let client = operator::client_for(&config).await?;
+    slice_operator::sim::run_fake_kubelet_mode(
+        client,
+        specs,
+        Default::default(),
+        shutdown_signal(),
+    )
+    .await?;
+    Ok(())
 }
 
 fn print_crd() -> anyhow::Result<()> {

@@ -254,10 +254,27 @@ impl PodRef {
     }
 
     fn describe(&self) -> String {
-        match &self.name {
-            Some(n) => n.clone(),
-            None => format!("[{}]", self.label_selector()),
+        if let Some(n) = &self.name {
+            return n.clone();
         }
+        // e.g. "demo/workers replica 1 host 2", with any other labels in brackets.
+        let mut parts = Vec::new();
+        match (&self.cluster, &self.group) {
+            (Some(c), Some(g)) => parts.push(format!("{c}/{g}")),
+            (Some(c), None) => parts.push(c.clone()),
+            (None, Some(g)) => parts.push(format!("group {g}")),
+            (None, None) => {}
+        }
+        if let Some(r) = self.replica {
+            parts.push(format!("replica {r}"));
+        }
+        if let Some(h) = self.host {
+            parts.push(format!("host {h}"));
+        }
+        if !self.labels.is_empty() || parts.is_empty() {
+            parts.push(format!("[{}]", self.label_selector()));
+        }
+        parts.join(" ")
     }
 }
 
@@ -962,7 +979,7 @@ mod tests {
             actions,
             [
                 "wait",
-                "crashContainer [slices.dev/cluster=demo,slices.dev/group=workers,slices.dev/host-index=2,slices.dev/replica-index=1] exit 137",
+                "crashContainer demo/workers replica 1 host 2 exit 137",
                 "preemptSlice pool-2",
                 "restoreSlice pool-2",
                 "wait"
