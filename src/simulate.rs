@@ -132,7 +132,7 @@ pub async fn simulate(
                         });
                     }
                 } else if !t.disrupted.contains_key(&name)
-                    && t.last_line.len() > 0
+                    && !t.last_line.is_empty()
                     && !t.last_step.is_empty()
                 {
                     let cause = t.last_step.clone();
