@@ -302,25 +302,11 @@ impl Env {
 }
 
 pub fn label(pod: &Pod, key: &str) -> String {
-    pod.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(key))
-        .cloned()
-        .unwrap_or_default()
+    slice_operator::testing::World::label_of(pod, key).unwrap_or_default()
 }
 
 pub fn env_var(pod: &Pod, key: &str) -> Option<String> {
-    pod.spec
-        .as_ref()?
-        .containers
-        .first()?
-        .env
-        .as_ref()?
-        .iter()
-        .find(|e| e.name == key)?
-        .value
-        .clone()
+    slice_operator::testing::World::env_of(pod, key)
 }
 
 pub fn uid(pod: &Pod) -> String {

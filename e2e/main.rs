@@ -413,3 +413,31 @@ async fn a_malformed_object_is_reported_and_the_operator_keeps_working() {
     );
     env.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clusters_competing_for_slices_never_share_one() {
+    let env = env_with("compete", 4).await;
+    // Created together: each plan must see the slices the other was just given.
+    let a = env.train_cluster("alpha", Membership::Independent, 1, 3);
+    let b = env.train_cluster("beta", Membership::Independent, 1, 3);
+    tokio::join!(env.create(&a), env.create(&b));
+    let (alpha, beta) = env
+        .wait_for("both clusters running on all four slices", Duration::from_secs(60), || async {
+            let ta = env.tcs().get("alpha").await.ok()?.status?;
+            let tb = env.tcs().get("beta").await.ok()?.status?;
+            let running = ta.phase == Phase::Running && tb.phase == Phase::Running;
+            (running && ta.ready_slices + tb.ready_slices == 4).then_some((ta, tb))
+        })
+        .await;
+    assert!(alpha.ready_slices >= 1 && beta.ready_slices >= 1);
+    let mut slices = BTreeSet::new();
+    for name in ["alpha", "beta"] {
+        for pod in env.worker_pods(name).await {
+            slices.insert((label(&pod, LABEL_SLICE), name.to_string()));
+        }
+    }
+    let pools: BTreeSet<String> = slices.iter().map(|(s, _)| s.clone()).collect();
+    assert_eq!(pools.len(), 4, "each slice serves exactly one cluster: {slices:?}");
+    assert_eq!(slices.len(), 4);
+    env.stop().await;
+}

@@ -221,6 +221,7 @@ impl World {
             cluster: &self.cluster,
             pods: &self.pods,
             inventory: &inventory,
+            reserved: &Default::default(),
             now: self.now,
         })
     }
@@ -243,6 +244,9 @@ impl World {
         let mut scheduler = Scheduler::new(&self.nodes, &self.pods);
         for create in &plan.create {
             for pod in &create.pods {
+                let mut pod = pod.clone();
+                pod.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(self.now));
+                let pod = &pod;
                 let pod = match scheduler.pick(pod) {
                     Some(node) => run_on(pod.clone(), &node),
                     None => {

@@ -28,6 +28,9 @@ pub struct Context {
     pub ready: AtomicBool,
     /// True while this replica reconciles (always, without leader election).
     pub leader: AtomicBool,
+    /// Held while building the inventory and planning, so two clusters never plan from the
+    /// same free slice; also keeps a single inventory in memory at a time.
+    pub planning: Mutex<Reservations>,
     memory: Mutex<HashMap<String, ClusterMemory>>,
 }
 
@@ -68,6 +71,7 @@ impl Context {
             nodes,
             ready: AtomicBool::new(false),
             leader: AtomicBool::new(false),
+            planning: Mutex::new(Reservations::default()),
             memory: Mutex::new(HashMap::new()),
         }
     }
@@ -82,5 +86,37 @@ impl Context {
             .lock()
             .expect("memory lock poisoned")
             .remove(uid);
+    }
+}
+
+/// How long a slice given to a cluster stays reserved if its pods never show up.
+pub const RESERVATION_TTL: Duration = Duration::from_secs(60);
+
+/// Free slices just given to a cluster whose pods the caches do not show yet.
+#[derive(Default)]
+pub struct Reservations {
+    by_slice: HashMap<String, (String, Instant)>,
+}
+
+impl Reservations {
+    /// Slices reserved by clusters other than `cluster`. Reservations end when the inventory
+    /// no longer shows the slice free (the pods arrived) or after [`RESERVATION_TTL`].
+    pub fn held_by_others(&mut self, cluster: &str, inventory: &crate::inventory::Inventory) -> HashSet<String> {
+        let now = Instant::now();
+        self.by_slice.retain(|slice, (_, at)| {
+            now.duration_since(*at) < RESERVATION_TTL && inventory.slice(slice).is_some_and(|s| s.is_free())
+        });
+        self.by_slice
+            .iter()
+            .filter(|(_, (owner, _))| owner != cluster)
+            .map(|(slice, _)| slice.clone())
+            .collect()
+    }
+
+    pub fn reserve(&mut self, cluster: &str, slices: impl IntoIterator<Item = String>) {
+        let now = Instant::now();
+        for slice in slices {
+            self.by_slice.insert(slice, (cluster.to_string(), now));
+        }
     }
 }

@@ -8,6 +8,7 @@ pub mod http;
 pub mod leader;
 pub mod metrics;
 pub mod reconcile;
+pub mod trim;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -159,6 +160,7 @@ pub async fn run(
     let node_events = node_writer.subscribe().expect("shared store");
     let pod_watch = watcher(pod_api, watcher::Config::default().labels(LABEL_CLUSTER))
         .default_backoff()
+        .modify(trim::trim_pod)
         .reflect_shared(pod_writer)
         .for_each(|_| futures::future::ready(()));
     let node_watch = watcher(
@@ -166,6 +168,7 @@ pub async fn run(
         watcher::Config::default().labels(NODE_LABEL_ACCELERATOR),
     )
     .default_backoff()
+    .modify(trim::trim_node)
     .reflect_shared(node_writer)
     .for_each(|_| futures::future::ready(()));
 

@@ -189,15 +189,23 @@ async fn reconcile_inner(tc: &TrainCluster, ctx: &Context, namespace: &str) -> R
     if let Some(status) = ctx.with_memory(&uid, |m| m.status.clone()) {
         observed.status = Some(status);
     }
-    let nodes = ctx.nodes.state();
-    let inventory = Inventory::build(&nodes, &all_pods);
-    let now = jiff::Timestamp::now();
-    let plan = planner::plan(&PlanInput {
-        cluster: &observed,
-        pods: &pods,
-        inventory: &inventory,
-        now,
-    });
+    let plan = {
+        // One planner at a time: the slices it hands out are reserved before the next plans.
+        let mut reservations = ctx.planning.lock().expect("planning lock poisoned");
+        let nodes = ctx.nodes.state();
+        let inventory = Inventory::build(&nodes, &all_pods);
+        let key = format!("{namespace}/{name}");
+        let reserved = reservations.held_by_others(&key, &inventory);
+        let plan = planner::plan(&PlanInput {
+            cluster: &observed,
+            pods: &pods,
+            inventory: &inventory,
+            reserved: &reserved,
+            now: jiff::Timestamp::now(),
+        });
+        reservations.reserve(&key, plan.create.iter().filter_map(|c| c.slice.clone()));
+        plan
+    };
 
     let service_api: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
     apply::ensure_service(&service_api, &plan.service).await?;

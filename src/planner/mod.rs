@@ -30,6 +30,9 @@ pub struct PlanInput<'a> {
     /// controlled by this TrainCluster's uid are never touched).
     pub pods: &'a [Arc<Pod>],
     pub inventory: &'a Inventory,
+    /// Free slices another TrainCluster was just given but whose pods the caches do not show
+    /// yet: not free for this plan.
+    pub reserved: &'a HashSet<String>,
     pub now: Timestamp,
 }
 
@@ -112,7 +115,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
             previous: &previous,
             inventory: input.inventory,
             now: input.now,
-            claimed: HashSet::new(),
+            claimed: input.reserved.clone(),
             plan: Plan {
                 create: Vec::new(),
                 delete: Vec::new(),
@@ -187,7 +190,8 @@ struct Planner<'a> {
     previous: &'a TrainClusterStatus,
     inventory: &'a Inventory,
     now: Timestamp,
-    /// Free slices already promised to an earlier worker group in this plan.
+    /// Free slices already promised: to another cluster (reservations) or to an earlier
+    /// worker group in this plan.
     claimed: HashSet<String>,
     plan: Plan,
     wake: Option<Timestamp>,
@@ -298,6 +302,16 @@ impl<'a> Planner<'a> {
         for replica in observed.values() {
             match &replica.verdict {
                 Verdict::Draining => draining += 1,
+                // Kept (it occupies its index and slice); looked at again when the grace ends.
+                Verdict::Settling { .. } | Verdict::Healthy
+                    if multislice && replica.epoch != Some(memory.epoch) =>
+                {
+                    self.delete_replica(&name, replica, DeleteReason::EpochChanged { epoch: memory.epoch });
+                }
+                Verdict::Settling { until } => {
+                    self.wake_at(*until);
+                    kept.push(replica);
+                }
                 Verdict::Broken(reason) => {
                     match reason.kind() {
                         DisruptionKind::Failure => failures += 1,
@@ -457,13 +471,17 @@ impl<'a> Planner<'a> {
                 || kept.iter().any(|r| r.replica >= target);
             if membership_changed || (target != previous_target && observed.is_empty()) {
                 memory.epoch += 1;
+                // One event for the whole restart, not one per group (a job may have 1,000).
+                let restarted = kept.len();
+                let reason = DeleteReason::EpochChanged { epoch: memory.epoch };
                 for replica in kept.drain(..) {
-                    self.delete_replica(
-                        &name,
-                        replica,
-                        DeleteReason::EpochChanged {
-                            epoch: memory.epoch,
-                        },
+                    self.delete_quietly(&name, replica, reason.clone());
+                }
+                if restarted > 0 {
+                    self.emit(
+                        EventType::Normal,
+                        "GroupDeleted",
+                        format!("group {name}: deleting {restarted} replica group(s): {reason}"),
                     );
                 }
             }
@@ -634,6 +652,19 @@ impl<'a> Planner<'a> {
         self.delete_whole(group, Some(replica.replica), reason, &replica.pods);
     }
 
+    /// Like [`Planner::delete_replica`] without an event of its own (the caller emits one).
+    fn delete_quietly(&mut self, group: &str, replica: &ObservedReplica<'_>, reason: DeleteReason) {
+        let pods = live_refs(&replica.pods);
+        if !pods.is_empty() {
+            self.plan.delete.push(GroupDelete {
+                group: group.to_string(),
+                replica: Some(replica.replica),
+                reason,
+                pods,
+            });
+        }
+    }
+
     fn delete_whole(
         &mut self,
         group: &str,
@@ -641,15 +672,7 @@ impl<'a> Planner<'a> {
         reason: DeleteReason,
         pods: &[&Pod],
     ) {
-        // Members already terminating need no second delete.
-        let pods: Vec<PodRef> = pods
-            .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .map(|p| PodRef {
-                name: observe::name(p),
-                uid: p.metadata.uid.clone(),
-            })
-            .collect();
+        let pods = live_refs(pods);
         if pods.is_empty() {
             return;
         }
@@ -732,6 +755,17 @@ impl<'a> Planner<'a> {
         });
         self.plan
     }
+}
+
+/// Members already terminating need no second delete.
+fn live_refs(pods: &[&Pod]) -> Vec<PodRef> {
+    pods.iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| PodRef {
+            name: observe::name(p),
+            uid: p.metadata.uid.clone(),
+        })
+        .collect()
 }
 
 fn summaries_view(summaries: &[GroupSummary]) -> Vec<status::GroupView<'_>> {

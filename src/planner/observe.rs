@@ -10,6 +10,9 @@ use super::reason::DeleteReason;
 use crate::constants::*;
 use crate::inventory::Inventory;
 
+/// How long a just-created group may look incomplete before it counts as broken.
+pub const INCOMPLETE_GRACE: SignedDuration = SignedDuration::from_secs(30);
+
 /// What the planner concludes about one observed replica group.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -17,6 +20,8 @@ pub enum Verdict {
     Healthy,
     /// Every member is already being deleted: wait for them to go.
     Draining,
+    /// Created moments ago and not all members visible yet: wait until `until`.
+    Settling { until: Timestamp },
     /// Must be deleted whole.
     Broken(DeleteReason),
 }
@@ -252,6 +257,17 @@ fn verdict(
         }
     }
     if facts.len() < hosts as usize {
+        // Just created: the watch caches may not show every member yet (thousands of pods
+        // arrive one event at a time). Only a group that stays incomplete is broken.
+        let newest = facts
+            .iter()
+            .filter_map(|f| f.pod.metadata.creation_timestamp.as_ref().map(|t| t.0))
+            .max();
+        if let Some(until) = newest.and_then(|t| t.saturating_add(INCOMPLETE_GRACE).ok())
+            && until > now
+        {
+            return Verdict::Settling { until };
+        }
         return Verdict::Broken(DeleteReason::Incomplete {
             present: facts.len() as u32,
             expected: hosts,

@@ -140,28 +140,44 @@ pub fn head_pod(tc: &TrainCluster) -> Option<Pod> {
     let mut spec = head.template.spec.clone().unwrap_or_default();
     spec.hostname = Some(name.clone());
     spec.subdomain = Some(headless_service_name(&cluster));
-    Some(Pod {
+    Some(owned_pod(tc, name, labels, meta.annotations, spec))
+}
+
+/// A pod controlled by the TrainCluster, in its namespace.
+fn owned_pod(
+    tc: &TrainCluster,
+    name: String,
+    labels: BTreeMap<String, String>,
+    annotations: Option<BTreeMap<String, String>>,
+    spec: PodSpec,
+) -> Pod {
+    Pod {
         metadata: ObjectMeta {
             name: Some(name),
             namespace: tc.metadata.namespace.clone(),
             labels: Some(labels),
-            annotations: meta.annotations,
+            annotations,
             owner_references: Some(vec![owner_reference(tc)]),
             ..Default::default()
         },
         spec: Some(spec),
         status: None,
-    })
+    }
 }
 
 /// Render every host pod of one replica group.
-pub fn group_pods(
-    tc: &TrainCluster,
-    group: &ResolvedGroup<'_>,
-    placement: &GroupPlacement,
-) -> Vec<Pod> {
+pub fn group_pods(tc: &TrainCluster, group: &ResolvedGroup<'_>, placement: &GroupPlacement) -> Vec<Pod> {
+    let hostnames = group_hostnames(tc, group, placement.replica);
     (0..group.hosts)
-        .map(|host| worker_pod(tc, group, placement, host))
+        .map(|host| worker_pod_with(tc, group, placement, host, &hostnames))
+        .collect()
+}
+
+/// `<pod>.<headless service>` of every host of one replica group, in host order.
+fn group_hostnames(tc: &TrainCluster, group: &ResolvedGroup<'_>, replica: u32) -> Vec<String> {
+    let cluster = tc.metadata.name.as_deref().unwrap_or_default();
+    (0..group.hosts)
+        .map(|h| worker_hostname(cluster, group.name(), replica, h))
         .collect()
 }
 
@@ -170,6 +186,17 @@ pub fn worker_pod(
     group: &ResolvedGroup<'_>,
     placement: &GroupPlacement,
     host: u32,
+) -> Pod {
+    let hostnames = group_hostnames(tc, group, placement.replica);
+    worker_pod_with(tc, group, placement, host, &hostnames)
+}
+
+fn worker_pod_with(
+    tc: &TrainCluster,
+    group: &ResolvedGroup<'_>,
+    placement: &GroupPlacement,
+    host: u32,
+    hostnames: &[String],
 ) -> Pod {
     let cluster = tc.metadata.name.as_deref().unwrap_or_default();
     let namespace = tc.metadata.namespace.as_deref().unwrap_or_default();
@@ -218,24 +245,13 @@ pub fn worker_pod(
             None if shape.is_multi_host() => add_exclusive_affinity(&mut spec, &key),
             None => {}
         }
-        let env = tpu_env(tc, group, placement, host);
+        let env = tpu_env(tc, group, placement, host, hostnames);
         for container in &mut spec.containers {
             set_operator_env(container.env.get_or_insert_with(Vec::new), &env);
         }
     }
 
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name),
-            namespace: Some(namespace.to_string()),
-            labels: Some(labels),
-            annotations: meta.annotations,
-            owner_references: Some(vec![owner_reference(tc)]),
-            ..Default::default()
-        },
-        spec: Some(spec),
-        status: None,
-    }
+    owned_pod(tc, name, labels, meta.annotations, spec)
 }
 
 /// The env contract of one TPU worker (see docs/env-contract.md).
@@ -244,6 +260,7 @@ pub fn tpu_env(
     group: &ResolvedGroup<'_>,
     placement: &GroupPlacement,
     host: u32,
+    hostnames: &[String],
 ) -> Vec<(&'static str, String)> {
     let Some(shape) = &group.shape else {
         return Vec::new();
@@ -251,9 +268,6 @@ pub fn tpu_env(
     let cluster = tc.metadata.name.as_deref().unwrap_or_default();
     let gname = group.name();
     let replica = placement.replica;
-    let hostnames: Vec<String> = (0..group.hosts)
-        .map(|h| worker_hostname(cluster, gname, replica, h))
-        .collect();
     let mut env = vec![
         (ENV_TPU_WORKER_ID, host.to_string()),
         (ENV_TPU_WORKER_HOSTNAMES, hostnames.join(",")),

@@ -512,6 +512,8 @@ fn duplicate_host_indexes_and_incomplete_groups_are_deleted_whole() {
     world
         .pods
         .retain(|p| p.metadata.name.as_deref() != Some("demo-workers-1-1"));
+    // Past the settling grace of a fresh group, a missing member means the group is broken.
+    world.now += observe::INCOMPLETE_GRACE;
     let plan = world.plan();
     let mut codes: Vec<_> = plan
         .delete
@@ -599,5 +601,50 @@ fn unknown_groups_are_deleted_whole() {
         plan.delete
             .iter()
             .any(|d| d.reason.code() == "UnknownGroup" && d.pods.len() == 4)
+    );
+}
+
+#[test]
+fn head_pod_is_created_once_and_replaced_when_it_fails() {
+    let mut tc = train_cluster(Membership::Multislice, 1, 1);
+    tc.spec.head = Some(HeadSpec { template: worker_template(0) });
+    let mut world = World::new(tc, v6e_pools(1));
+    let plan = world.plan();
+    let head = plan.create_head.clone().expect("head planned");
+    assert_eq!(head.metadata.name.as_deref(), Some("demo-head"));
+    assert_eq!(World::label_of(&head, LABEL_ROLE).as_deref(), Some(ROLE_HEAD));
+    assert_eq!(head.spec.as_ref().unwrap().subdomain.as_deref(), Some("demo-headless"));
+    world.apply(&plan);
+    world.pods.push(Arc::new(run_on(head, "cpu-node")));
+    let plan = world.plan();
+    assert!(plan.create_head.is_none(), "present: not created again");
+    assert!(plan.delete.is_empty());
+    fail_pod(world.pod_mut("demo-head"));
+    let plan = world.plan();
+    assert_eq!(plan.delete.len(), 1);
+    assert_eq!(plan.delete[0].pods[0].name, "demo-head");
+    // Worker groups are untouched by the head's failure.
+    assert!(plan.delete.iter().all(|d| d.group == "head"));
+}
+
+#[test]
+fn a_just_created_group_that_looks_incomplete_settles_before_it_is_deleted() {
+    let mut world = World::new(train_cluster(Membership::Independent, 1, 2), v6e_pools(2));
+    world.step();
+    // The cache shows only 3 of replica 1's 4 pods, moments after they were created.
+    world
+        .pods
+        .retain(|p| p.metadata.name.as_deref() != Some("demo-workers-1-3"));
+    world.now += secs(5);
+    let plan = world.plan();
+    assert!(plan.delete.is_empty() && plan.create.is_empty(), "settling: {plan:?}");
+    assert_eq!(plan.requeue_after, Some(std::time::Duration::from_secs(25)));
+    // Still incomplete when the grace ends: deleted whole, then recreated.
+    world.now += secs(25);
+    let plan = world.step();
+    assert_eq!(plan.delete.len(), 1);
+    assert_eq!(
+        (plan.delete[0].replica, plan.delete[0].reason.code()),
+        (Some(1), "Incomplete")
     );
 }

@@ -324,11 +324,33 @@ pub fn schedule(pending: &[&Pod], nodes: &[&Node], bound: &[&Pod]) -> Vec<Placem
                 .insert(k.to_string());
         }
     }
+    // Pods pinned to a pool or a host only need those nodes checked (12,800-node clusters).
+    let mut by_pool: std::collections::HashMap<&str, Vec<&Node>> = std::collections::HashMap::new();
+    let mut by_host: std::collections::HashMap<&str, Vec<&Node>> = std::collections::HashMap::new();
+    for node in &nodes {
+        let labels = node.metadata.labels.as_ref();
+        if let Some(pool) = labels.and_then(|l| l.get(crate::constants::NODE_LABEL_NODEPOOL)) {
+            by_pool.entry(pool.as_str()).or_default().push(node);
+        }
+        if let Some(host) = labels.and_then(|l| l.get("kubernetes.io/hostname")) {
+            by_host.entry(host.as_str()).or_default().push(node);
+        }
+    }
+    let empty: Vec<&Node> = Vec::new();
     let mut out = Vec::new();
     for (i, pod) in pending.iter().enumerate() {
         let key = group_key(pod);
+        let selector = pod.spec.as_ref().and_then(|s| s.node_selector.as_ref());
+        let candidates: &Vec<&Node> = match (
+            selector.and_then(|s| s.get(crate::constants::NODE_LABEL_NODEPOOL)),
+            selector.and_then(|s| s.get("kubernetes.io/hostname")),
+        ) {
+            (Some(pool), _) => by_pool.get(pool.as_str()).unwrap_or(&empty),
+            (None, Some(host)) => by_host.get(host.as_str()).unwrap_or(&empty),
+            (None, None) => &nodes,
+        };
         let mut best: Option<(u8, &Node)> = None;
-        for node in &nodes {
+        for node in candidates {
             let name = node.metadata.name.as_deref().unwrap_or_default();
             if check_fit(pod, node, used.get(name).copied().unwrap_or(0)).is_err() {
                 continue;
