@@ -15,6 +15,7 @@ use slice_operator::sim::{FakeKubelet, KubeletOptions, NodePoolSpec};
 const CLUSTERS: usize = 100;
 const SLICES: u32 = 8;
 const HOSTS: u32 = 16; // v6e 8x8 with 4 chips per host
+const METRICS_ADDR: &str = "127.0.0.1:18089";
 
 fn main() -> anyhow::Result<()> {
     // `cargo bench` passes --bench; any other argument is ignored.
@@ -68,8 +69,9 @@ async fn run() -> anyhow::Result<()> {
     let mut operator = Command::new(&binary)
         .args(["run", "--kubeconfig"])
         .arg(&kubeconfig)
-        .args(["--metrics-addr", "127.0.0.1:0", "--concurrency", "16"])
+        .args(["--metrics-addr", METRICS_ADDR, "--concurrency", "16"])
         .env("RUST_LOG", "warn")
+        .env("MALLOC_ARENA_MAX", std::env::var("MALLOC_ARENA_MAX").unwrap_or_else(|_| "2".into()))
         .stdout(Stdio::null())
         .spawn()?;
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -108,6 +110,7 @@ async fn run() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
     let peak_kib = peak_rss_kib(operator.id());
+    let deleted = deleted_by_reason().await;
     let requests = emulator.requests().since(mark);
     // The operator's requests: everything except the kubelet's bindings and pod status
     // writes and this driver's own TrainCluster creates and polls.
@@ -156,9 +159,27 @@ async fn run() -> anyhow::Result<()> {
         "  operator peak memory (VmHWM): {:.1} MiB",
         peak_kib as f64 / 1024.0
     );
+    println!("  groups deleted by reason: {}", if deleted.is_empty() { "none" } else { &deleted });
     let _ = std::fs::remove_file(kubeconfig);
     anyhow::ensure!(converged.is_some(), "did not converge");
     Ok(())
+}
+
+/// `reason count` pairs from the operator's groups_deleted metric.
+async fn deleted_by_reason() -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(METRICS_ADDR).await else {
+        return "metrics unavailable".into();
+    };
+    let _ = stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").await;
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text).await;
+    text.lines()
+        .filter_map(|l| l.strip_prefix("slice_operator_groups_deleted_total{reason=\""))
+        .filter_map(|l| l.split_once("\"} "))
+        .map(|(reason, n)| format!("{reason} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn peak_rss_kib(pid: u32) -> u64 {

@@ -14,11 +14,6 @@ use slice_operator::simulate::SimulateOptions;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-// mimalloc keeps the resident set close to the live heap under many short-lived,
-// cross-thread allocations (watch events, plans), where glibc's arenas fragment.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Parser)]
 #[command(
     name = "slice-operator",

@@ -52,7 +52,7 @@ pub struct ClusterMemory {
 }
 
 /// How long to trust expectations before re-planning from the cache regardless.
-pub const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(30);
+pub const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Context {
     pub fn new(
@@ -92,13 +92,33 @@ impl Context {
 /// How long a slice given to a cluster stays reserved if its pods never show up.
 pub const RESERVATION_TTL: Duration = Duration::from_secs(60);
 
-/// Free slices just given to a cluster whose pods the caches do not show yet.
+/// How old the shared inventory snapshot may get before a plan rebuilds it. Slices handed
+/// out since are covered by reservations, our own new pods by expectations.
+pub const INVENTORY_MAX_AGE: Duration = Duration::from_millis(250);
+
+/// Free slices just given to a cluster whose pods the caches do not show yet, and the
+/// inventory snapshot the planners share.
 #[derive(Default)]
 pub struct Reservations {
     by_slice: HashMap<String, (String, Instant)>,
+    inventory: Option<(Instant, std::sync::Arc<crate::inventory::Inventory>)>,
 }
 
 impl Reservations {
+    /// The shared inventory, rebuilt from the caches when older than [`INVENTORY_MAX_AGE`]
+    /// (building it reads every TPU node and operator pod: once per plan is too often when
+    /// 100 clusters reconcile at once).
+    pub fn inventory(&mut self, nodes: &Store<Node>, pods: &Store<Pod>) -> std::sync::Arc<crate::inventory::Inventory> {
+        match &self.inventory {
+            Some((built, inventory)) if built.elapsed() < INVENTORY_MAX_AGE => inventory.clone(),
+            _ => {
+                let inventory = std::sync::Arc::new(crate::inventory::Inventory::build(&nodes.state(), &pods.state()));
+                self.inventory = Some((Instant::now(), inventory.clone()));
+                inventory
+            }
+        }
+    }
+
     /// Slices reserved by clusters other than `cluster`. Reservations end when the inventory
     /// no longer shows the slice free (the pods arrived) or after [`RESERVATION_TTL`].
     pub fn held_by_others(&mut self, cluster: &str, inventory: &crate::inventory::Inventory) -> HashSet<String> {

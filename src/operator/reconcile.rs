@@ -15,7 +15,6 @@ use super::context::{Context, EXPECTATION_TIMEOUT};
 use crate::api::{Phase, TrainCluster};
 use crate::constants::LABEL_CLUSTER;
 use crate::error::{Error, Result};
-use crate::inventory::Inventory;
 use crate::planner::{self, DisruptionKind, PlanInput};
 
 /// The controller's entry point. Objects that do not even deserialize as a TrainCluster are
@@ -152,12 +151,14 @@ async fn reconcile_inner(tc: &TrainCluster, ctx: &Context, namespace: &str) -> R
         ctx.metrics.forget_cluster(namespace, &name);
         return Ok(Action::await_change());
     }
-    let all_pods = ctx.pods.state();
-    let pods: Vec<Arc<Pod>> = all_pods
-        .iter()
+    // This cluster's pods only; the full snapshot is taken (and dropped) inside the planning
+    // lock, so reconciles waiting on API calls do not pin thousands of stale pod versions.
+    let pods: Vec<Arc<Pod>> = ctx
+        .pods
+        .state()
+        .into_iter()
         .filter(|p| p.metadata.namespace.as_deref() == Some(namespace))
         .filter(|p| p.labels().get(LABEL_CLUSTER) == Some(&name))
-        .cloned()
         .collect();
 
     // Until the caches show our last writes, a plan would be made from stale observations.
@@ -192,8 +193,7 @@ async fn reconcile_inner(tc: &TrainCluster, ctx: &Context, namespace: &str) -> R
     let plan = {
         // One planner at a time: the slices it hands out are reserved before the next plans.
         let mut reservations = ctx.planning.lock().expect("planning lock poisoned");
-        let nodes = ctx.nodes.state();
-        let inventory = Inventory::build(&nodes, &all_pods);
+        let inventory = reservations.inventory(&ctx.nodes, &ctx.pods);
         let key = format!("{namespace}/{name}");
         let reserved = reservations.held_by_others(&key, &inventory);
         let plan = planner::plan(&PlanInput {

@@ -638,9 +638,9 @@ fn a_just_created_group_that_looks_incomplete_settles_before_it_is_deleted() {
     world.now += secs(5);
     let plan = world.plan();
     assert!(plan.delete.is_empty() && plan.create.is_empty(), "settling: {plan:?}");
-    assert_eq!(plan.requeue_after, Some(std::time::Duration::from_secs(25)));
+    assert_eq!(plan.requeue_after, Some(std::time::Duration::from_secs(55)));
     // Still incomplete when the grace ends: deleted whole, then recreated.
-    world.now += secs(25);
+    world.now += secs(55);
     let plan = world.step();
     assert_eq!(plan.delete.len(), 1);
     assert_eq!(
