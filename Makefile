@@ -31,7 +31,7 @@ build:
 	$(CARGO) build
 
 unit: ## Rust unit, property, API-emulator and e2e-against-emulator tests
-	$(CARGO) test --all-targets
+	$(CARGO) test --lib --bins --tests
 
 crd: build ## regenerate the CRD, the chart's copy and deploy/ from the Rust types
 	$(BIN) crd > crds/trainclusters.slices.dev.yaml

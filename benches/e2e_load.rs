@@ -71,7 +71,6 @@ async fn run() -> anyhow::Result<()> {
         .arg(&kubeconfig)
         .args(["--metrics-addr", METRICS_ADDR, "--concurrency", "16"])
         .env("RUST_LOG", "warn")
-        .env("MALLOC_ARENA_MAX", std::env::var("MALLOC_ARENA_MAX").unwrap_or_else(|_| "2".into()))
         .stdout(Stdio::null())
         .spawn()?;
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -114,21 +113,7 @@ async fn run() -> anyhow::Result<()> {
     let requests = emulator.requests().since(mark);
     // The operator's requests: everything except the kubelet's bindings and pod status
     // writes and this driver's own TrainCluster creates and polls.
-    let operator_requests = requests
-        .iter()
-        .filter(|r| {
-            !r.path.ends_with("/binding")
-                && !(r.path.contains("/pods/") && r.path.ends_with("/status"))
-        })
-        .filter(|r| {
-            !(r.path.ends_with("/trainclusters")
-                && (r.method == "POST" || (r.method == "GET" && !r.query.contains("watch"))))
-        })
-        .filter(|r| {
-            !(r.method == "GET" && r.path.ends_with("/pods") && !r.query.contains("labelSelector"))
-        })
-        .filter(|r| !(r.path.contains("/nodes") && !r.query.contains("labelSelector")))
-        .count();
+    let operator_requests = requests.iter().filter(|r| is_operator_request(r)).count();
     let pod_creates = requests
         .iter()
         .filter(|r| r.method == "POST" && r.path.ends_with("/pods"))
@@ -159,10 +144,26 @@ async fn run() -> anyhow::Result<()> {
         "  operator peak memory (VmHWM): {:.1} MiB",
         peak_kib as f64 / 1024.0
     );
-    println!("  groups deleted by reason: {}", if deleted.is_empty() { "none" } else { &deleted });
+    println!(
+        "  groups deleted by reason: {}",
+        if deleted.is_empty() { "none" } else { &deleted }
+    );
     let _ = std::fs::remove_file(kubeconfig);
     anyhow::ensure!(converged.is_some(), "did not converge");
     Ok(())
+}
+
+/// Requests the operator made: not the kubelet's bindings and pod status writes, not this
+/// driver's TrainCluster creates and polls, not the node seeding.
+fn is_operator_request(r: &slice_operator::emulator::RecordedRequest) -> bool {
+    let kubelet =
+        r.path.ends_with("/binding") || (r.path.contains("/pods/") && r.path.ends_with("/status"));
+    let driver_tc = r.path.ends_with("/trainclusters")
+        && (r.method == "POST" || (r.method == "GET" && !r.query.contains("watch")));
+    let unselected_pods =
+        r.method == "GET" && r.path.ends_with("/pods") && !r.query.contains("labelSelector");
+    let unselected_nodes = r.path.contains("/nodes") && !r.query.contains("labelSelector");
+    !(kubelet || driver_tc || unselected_pods || unselected_nodes)
 }
 
 /// `reason count` pairs from the operator's groups_deleted metric.
@@ -171,7 +172,9 @@ async fn deleted_by_reason() -> String {
     let Ok(mut stream) = tokio::net::TcpStream::connect(METRICS_ADDR).await else {
         return "metrics unavailable".into();
     };
-    let _ = stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").await;
+    let _ = stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .await;
     let mut text = String::new();
     let _ = stream.read_to_string(&mut text).await;
     text.lines()

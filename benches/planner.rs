@@ -40,7 +40,7 @@ fn bench(c: &mut Criterion) {
                     cluster: &world.cluster,
                     pods: &world.pods,
                     inventory: &inventory,
-            reserved: &Default::default(),
+                    reserved: &Default::default(),
                     now: world.now,
                 }))
             })
@@ -56,7 +56,7 @@ fn bench(c: &mut Criterion) {
                     cluster: &failed.cluster,
                     pods: &failed.pods,
                     inventory: &inventory,
-            reserved: &Default::default(),
+                    reserved: &Default::default(),
                     now: failed.now,
                 }))
             })
@@ -82,7 +82,7 @@ fn bench(c: &mut Criterion) {
                         cluster: &replaced.cluster,
                         pods: &replaced.pods,
                         inventory: &inventory,
-            reserved: &Default::default(),
+                        reserved: &Default::default(),
                         now: replaced.now,
                     }))
                 })

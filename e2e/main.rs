@@ -422,12 +422,16 @@ async fn clusters_competing_for_slices_never_share_one() {
     let b = env.train_cluster("beta", Membership::Independent, 1, 3);
     tokio::join!(env.create(&a), env.create(&b));
     let (alpha, beta) = env
-        .wait_for("both clusters running on all four slices", Duration::from_secs(60), || async {
-            let ta = env.tcs().get("alpha").await.ok()?.status?;
-            let tb = env.tcs().get("beta").await.ok()?.status?;
-            let running = ta.phase == Phase::Running && tb.phase == Phase::Running;
-            (running && ta.ready_slices + tb.ready_slices == 4).then_some((ta, tb))
-        })
+        .wait_for(
+            "both clusters running on all four slices",
+            Duration::from_secs(60),
+            || async {
+                let ta = env.tcs().get("alpha").await.ok()?.status?;
+                let tb = env.tcs().get("beta").await.ok()?.status?;
+                let running = ta.phase == Phase::Running && tb.phase == Phase::Running;
+                (running && ta.ready_slices + tb.ready_slices == 4).then_some((ta, tb))
+            },
+        )
         .await;
     assert!(alpha.ready_slices >= 1 && beta.ready_slices >= 1);
     let mut slices = BTreeSet::new();
@@ -437,7 +441,11 @@ async fn clusters_competing_for_slices_never_share_one() {
         }
     }
     let pools: BTreeSet<String> = slices.iter().map(|(s, _)| s.clone()).collect();
-    assert_eq!(pools.len(), 4, "each slice serves exactly one cluster: {slices:?}");
+    assert_eq!(
+        pools.len(),
+        4,
+        "each slice serves exactly one cluster: {slices:?}"
+    );
     assert_eq!(slices.len(), 4);
     env.stop().await;
 }

@@ -245,7 +245,9 @@ impl World {
         for create in &plan.create {
             for pod in &create.pods {
                 let mut pod = pod.clone();
-                pod.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(self.now));
+                pod.metadata.creation_timestamp = Some(
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(self.now),
+                );
                 let pod = &pod;
                 let pod = match scheduler.pick(pod) {
                     Some(node) => run_on(pod.clone(), &node),

@@ -380,18 +380,25 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over() {
 async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes()).await.unwrap();
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).await.unwrap();
     let code = response.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     (code, body)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_readiness_and_metrics_endpoints_report_the_clusters() {
     let env = env("endpoints", 2, EnvOptions::default()).await;
-    env.create(&env.train_cluster("seen", Membership::Independent, 2, 2)).await;
+    env.create(&env.train_cluster("seen", Membership::Independent, 2, 2))
+        .await;
     env.wait_running("seen", 2, 4).await;
     let addr = env.operators[0].metrics_addr;
     assert_eq!(http_get(addr, "/healthz").await.0, 200);
@@ -404,10 +411,15 @@ async fn health_readiness_and_metrics_endpoints_report_the_clusters() {
         "slice_operator_groups_created_total 2",
         "slice_operator_reconcile_duration_seconds_count",
     ] {
-        assert!(metrics.contains(needle), "{needle} missing from:\n{metrics}");
+        assert!(
+            metrics.contains(needle),
+            "{needle} missing from:\n{metrics}"
+        );
     }
     // A failure shows up as a deletion by reason and, once recovered, in the recovery histogram.
-    slice_operator::sim::fail_pod(&env.client, "default", "seen-workers-0-0", 1).await.unwrap();
+    slice_operator::sim::fail_pod(&env.client, "default", "seen-workers-0-0", 1)
+        .await
+        .unwrap();
     env.wait_for("recovery observed", Duration::from_secs(30), || async {
         let (_, m) = http_get(addr, "/metrics").await;
         (m.contains("slice_operator_groups_deleted_total{reason=\"MemberFailed\"} 1")

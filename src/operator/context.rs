@@ -108,11 +108,18 @@ impl Reservations {
     /// The shared inventory, rebuilt from the caches when older than [`INVENTORY_MAX_AGE`]
     /// (building it reads every TPU node and operator pod: once per plan is too often when
     /// 100 clusters reconcile at once).
-    pub fn inventory(&mut self, nodes: &Store<Node>, pods: &Store<Pod>) -> std::sync::Arc<crate::inventory::Inventory> {
+    pub fn inventory(
+        &mut self,
+        nodes: &Store<Node>,
+        pods: &Store<Pod>,
+    ) -> std::sync::Arc<crate::inventory::Inventory> {
         match &self.inventory {
             Some((built, inventory)) if built.elapsed() < INVENTORY_MAX_AGE => inventory.clone(),
             _ => {
-                let inventory = std::sync::Arc::new(crate::inventory::Inventory::build(&nodes.state(), &pods.state()));
+                let inventory = std::sync::Arc::new(crate::inventory::Inventory::build(
+                    &nodes.state(),
+                    &pods.state(),
+                ));
                 self.inventory = Some((Instant::now(), inventory.clone()));
                 inventory
             }
@@ -121,10 +128,15 @@ impl Reservations {
 
     /// Slices reserved by clusters other than `cluster`. Reservations end when the inventory
     /// no longer shows the slice free (the pods arrived) or after [`RESERVATION_TTL`].
-    pub fn held_by_others(&mut self, cluster: &str, inventory: &crate::inventory::Inventory) -> HashSet<String> {
+    pub fn held_by_others(
+        &mut self,
+        cluster: &str,
+        inventory: &crate::inventory::Inventory,
+    ) -> HashSet<String> {
         let now = Instant::now();
         self.by_slice.retain(|slice, (_, at)| {
-            now.duration_since(*at) < RESERVATION_TTL && inventory.slice(slice).is_some_and(|s| s.is_free())
+            now.duration_since(*at) < RESERVATION_TTL
+                && inventory.slice(slice).is_some_and(|s| s.is_free())
         });
         self.by_slice
             .iter()

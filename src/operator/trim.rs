@@ -3,8 +3,8 @@
 //! most of the operator's memory.
 
 use k8s_openapi::api::core::v1::{
-    Container, ContainerStatus, Node, NodeCondition, NodeSpec, NodeStatus, Pod, PodCondition, PodSpec,
-    PodStatus,
+    Container, ContainerStatus, Node, NodeCondition, NodeSpec, NodeStatus, Pod, PodCondition,
+    PodSpec, PodStatus,
 };
 
 use crate::constants::TPU_RESOURCE;
@@ -22,8 +22,12 @@ pub fn trim_pod(pod: &mut Pod) {
                 name: std::mem::take(&mut c.name),
                 resources: c.resources.take().map(|mut r| {
                     r.claims = None;
-                    r.limits = r.limits.map(|l| l.into_iter().filter(|(k, _)| k == TPU_RESOURCE).collect());
-                    r.requests = r.requests.map(|l| l.into_iter().filter(|(k, _)| k == TPU_RESOURCE).collect());
+                    r.limits = r
+                        .limits
+                        .map(|l| l.into_iter().filter(|(k, _)| k == TPU_RESOURCE).collect());
+                    r.requests = r
+                        .requests
+                        .map(|l| l.into_iter().filter(|(k, _)| k == TPU_RESOURCE).collect());
                     r
                 }),
                 ..Default::default()
@@ -41,7 +45,11 @@ pub fn trim_pod(pod: &mut Pod) {
             conditions: status.conditions.take().map(|cs| {
                 cs.into_iter()
                     .filter(|c| c.type_ == "Ready")
-                    .map(|c| PodCondition { type_: c.type_, status: c.status, ..Default::default() })
+                    .map(|c| PodCondition {
+                        type_: c.type_,
+                        status: c.status,
+                        ..Default::default()
+                    })
                     .collect()
             }),
             container_statuses: status.container_statuses.take().map(|cs| {
@@ -111,15 +119,52 @@ mod tests {
         crash_container(world.pod_mut("demo-workers-1-0"));
         set_not_ready(world.node_mut("pool-2-1"), at(0));
         world.now = at(100);
-        let trimmed_pods: Vec<Arc<Pod>> = world.pods.iter().map(|p| { let mut p = (**p).clone(); trim_pod(&mut p); Arc::new(p) }).collect();
-        let trimmed_nodes: Vec<Arc<Node>> = world.nodes.iter().map(|n| { let mut n = (**n).clone(); trim_node(&mut n); Arc::new(n) }).collect();
+        let trimmed_pods: Vec<Arc<Pod>> = world
+            .pods
+            .iter()
+            .map(|p| {
+                let mut p = (**p).clone();
+                trim_pod(&mut p);
+                Arc::new(p)
+            })
+            .collect();
+        let trimmed_nodes: Vec<Arc<Node>> = world
+            .nodes
+            .iter()
+            .map(|n| {
+                let mut n = (**n).clone();
+                trim_node(&mut n);
+                Arc::new(n)
+            })
+            .collect();
         let full_inventory = Inventory::build(&world.nodes, &world.pods);
         let trimmed_inventory = Inventory::build(&trimmed_nodes, &trimmed_pods);
-        let full = plan(&PlanInput { cluster: &world.cluster, pods: &world.pods, inventory: &full_inventory, reserved: &Default::default(), now: world.now });
-        let trimmed = plan(&PlanInput { cluster: &world.cluster, pods: &trimmed_pods, inventory: &trimmed_inventory, reserved: &Default::default(), now: world.now });
-        assert!(!full.delete.is_empty(), "the scenario has decisions to compare");
-        assert_eq!(format!("{:?}", full.delete), format!("{:?}", trimmed.delete));
-        assert_eq!(format!("{:?}", full.create), format!("{:?}", trimmed.create));
+        let full = plan(&PlanInput {
+            cluster: &world.cluster,
+            pods: &world.pods,
+            inventory: &full_inventory,
+            reserved: &Default::default(),
+            now: world.now,
+        });
+        let trimmed = plan(&PlanInput {
+            cluster: &world.cluster,
+            pods: &trimmed_pods,
+            inventory: &trimmed_inventory,
+            reserved: &Default::default(),
+            now: world.now,
+        });
+        assert!(
+            !full.delete.is_empty(),
+            "the scenario has decisions to compare"
+        );
+        assert_eq!(
+            format!("{:?}", full.delete),
+            format!("{:?}", trimmed.delete)
+        );
+        assert_eq!(
+            format!("{:?}", full.create),
+            format!("{:?}", trimmed.create)
+        );
         assert_eq!(full.status, trimmed.status);
         let env = &trimmed_pods[0].spec.as_ref().unwrap().containers[0].env;
         assert!(env.is_none(), "env is not cached");

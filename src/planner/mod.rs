@@ -306,7 +306,13 @@ impl<'a> Planner<'a> {
                 Verdict::Settling { .. } | Verdict::Healthy
                     if multislice && replica.epoch != Some(memory.epoch) =>
                 {
-                    self.delete_replica(&name, replica, DeleteReason::EpochChanged { epoch: memory.epoch });
+                    self.delete_replica(
+                        &name,
+                        replica,
+                        DeleteReason::EpochChanged {
+                            epoch: memory.epoch,
+                        },
+                    );
                 }
                 Verdict::Settling { until } => {
                     self.wake_at(*until);
@@ -473,7 +479,9 @@ impl<'a> Planner<'a> {
                 memory.epoch += 1;
                 // One event for the whole restart, not one per group (a job may have 1,000).
                 let restarted = kept.len();
-                let reason = DeleteReason::EpochChanged { epoch: memory.epoch };
+                let reason = DeleteReason::EpochChanged {
+                    epoch: memory.epoch,
+                };
                 for replica in kept.drain(..) {
                     self.delete_quietly(&name, replica, reason.clone());
                 }

@@ -166,7 +166,11 @@ fn owned_pod(
 }
 
 /// Render every host pod of one replica group.
-pub fn group_pods(tc: &TrainCluster, group: &ResolvedGroup<'_>, placement: &GroupPlacement) -> Vec<Pod> {
+pub fn group_pods(
+    tc: &TrainCluster,
+    group: &ResolvedGroup<'_>,
+    placement: &GroupPlacement,
+) -> Vec<Pod> {
     let hostnames = group_hostnames(tc, group, placement.replica);
     (0..group.hosts)
         .map(|host| worker_pod_with(tc, group, placement, host, &hostnames))

@@ -607,13 +607,21 @@ fn unknown_groups_are_deleted_whole() {
 #[test]
 fn head_pod_is_created_once_and_replaced_when_it_fails() {
     let mut tc = train_cluster(Membership::Multislice, 1, 1);
-    tc.spec.head = Some(HeadSpec { template: worker_template(0) });
+    tc.spec.head = Some(HeadSpec {
+        template: worker_template(0),
+    });
     let mut world = World::new(tc, v6e_pools(1));
     let plan = world.plan();
     let head = plan.create_head.clone().expect("head planned");
     assert_eq!(head.metadata.name.as_deref(), Some("demo-head"));
-    assert_eq!(World::label_of(&head, LABEL_ROLE).as_deref(), Some(ROLE_HEAD));
-    assert_eq!(head.spec.as_ref().unwrap().subdomain.as_deref(), Some("demo-headless"));
+    assert_eq!(
+        World::label_of(&head, LABEL_ROLE).as_deref(),
+        Some(ROLE_HEAD)
+    );
+    assert_eq!(
+        head.spec.as_ref().unwrap().subdomain.as_deref(),
+        Some("demo-headless")
+    );
     world.apply(&plan);
     world.pods.push(Arc::new(run_on(head, "cpu-node")));
     let plan = world.plan();
@@ -637,7 +645,10 @@ fn a_just_created_group_that_looks_incomplete_settles_before_it_is_deleted() {
         .retain(|p| p.metadata.name.as_deref() != Some("demo-workers-1-3"));
     world.now += secs(5);
     let plan = world.plan();
-    assert!(plan.delete.is_empty() && plan.create.is_empty(), "settling: {plan:?}");
+    assert!(
+        plan.delete.is_empty() && plan.create.is_empty(),
+        "settling: {plan:?}"
+    );
     assert_eq!(plan.requeue_after, Some(std::time::Duration::from_secs(55)));
     // Still incomplete when the grace ends: deleted whole, then recreated.
     world.now += secs(55);
