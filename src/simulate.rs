@@ -51,6 +51,8 @@ pub struct Summary {
 struct Tracker {
     last_step: String,
     disrupted: BTreeMap<String, (Instant, String)>,
+    /// Clusters seen Running at least once: bring-up is not a disruption.
+    seen_running: std::collections::BTreeSet<String>,
     recoveries: Vec<Recovery>,
     last_line: BTreeMap<String, String>,
 }
@@ -122,6 +124,7 @@ pub async fn simulate(
                 let running =
                     status.phase == Phase::Running && status.ready_slices == status.desired_slices;
                 if running {
+                    t.seen_running.insert(name.clone());
                     if let Some((since, cause)) = t.disrupted.remove(&name) {
                         let took = since.elapsed();
                         t.recoveries.push(Recovery {
@@ -131,10 +134,7 @@ pub async fn simulate(
                             ready_slices: status.ready_slices,
                         });
                     }
-                } else if !t.disrupted.contains_key(&name)
-                    && !t.last_line.is_empty()
-                    && !t.last_step.is_empty()
-                {
+                } else if t.seen_running.contains(&name) && !t.disrupted.contains_key(&name) {
                     let cause = t.last_step.clone();
                     t.disrupted.insert(name.clone(), (Instant::now(), cause));
                 }

@@ -34,7 +34,7 @@ trainClusters:
                   image: python:3.12-slim
                   resources: {limits: {google.com/tpu: 4}}
 timeline:
-  - after: {podsRunning: {selector: {cluster: quick}, count: 8}, timeout: 30s}
+  - after: {trainClusterField: {name: quick, path: status.readySlices, equals: 2}, timeout: 30s}
     wait: {}
   - at: 1s
     failPod: {pod: {cluster: quick, group: workers, replica: 1, host: 3}, exitCode: 1}
