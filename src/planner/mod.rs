@@ -209,6 +209,9 @@ struct GroupSummary {
 impl<'a> Planner<'a> {
     fn run(mut self, groups: &[ResolvedGroup<'a>], pods: &[PodFacts<'a>]) -> Plan {
         let cluster = self.tc.metadata.name.clone().unwrap_or_default();
+        // Slices our pods are pinned to are taken, whatever a moment-old inventory says.
+        self.claimed
+            .extend(pods.iter().filter_map(|f| f.slice.map(str::to_string)));
         let generation = self.tc.metadata.generation;
         // A Failed cluster stays failed until its spec changes; a new spec gets a new budget.
         let failed_before = self.previous.phase == Phase::Failed;
@@ -386,7 +389,8 @@ impl<'a> Planner<'a> {
         }
 
         // 3. Slices this group holds or can take.
-        let usable = self.usable_slices(group, &name, grace);
+        let own: HashSet<&str> = observed.values().filter_map(|r| r.slice).collect();
+        let usable = self.usable_slices(group, &name, &own, grace);
         memory.available_slices = usable.len() as u32;
 
         // 4. Size.
@@ -508,7 +512,11 @@ impl<'a> Planner<'a> {
         }
         let occupied: BTreeSet<u32> = observed.keys().copied().collect();
         let deleting = observed.len() - kept.len();
-        let mut free_slices: Vec<&Slice> = usable.iter().filter(|s| s.is_free()).copied().collect();
+        let mut free_slices: Vec<&Slice> = usable
+            .iter()
+            .filter(|s| s.is_free() && !own.contains(s.id.as_str()))
+            .copied()
+            .collect();
         let mut created = Vec::new();
         if target > 0 && backoff_until.is_none() && !failed {
             let wanted: Vec<u32> = if multislice {
@@ -615,6 +623,7 @@ impl<'a> Planner<'a> {
         &self,
         group: &ResolvedGroup<'_>,
         name: &str,
+        own: &HashSet<&str>,
         grace: SignedDuration,
     ) -> Vec<&'a Slice> {
         let Some(shape) = &group.shape else {
@@ -633,12 +642,14 @@ impl<'a> Planner<'a> {
             let ours = |h: &crate::inventory::Holder| {
                 h.namespace == namespace && h.cluster == cluster && h.group == name
             };
-            let held_by_us = match &slice.occupancy {
-                Occupancy::Held(h) => ours(h),
-                // e.g. a leftover pod with our labels but another owner on our slice
-                Occupancy::Contended(hs) => hs.iter().any(ours),
-                _ => false,
-            };
+            // Our own pods are the fresher witness: the inventory may be a moment old.
+            let held_by_us = own.contains(slice.id.as_str())
+                || match &slice.occupancy {
+                    Occupancy::Held(h) => ours(h),
+                    // e.g. a leftover pod with our labels but another owner on our slice
+                    Occupancy::Contended(hs) => hs.iter().any(ours),
+                    _ => false,
+                };
             if held_by_us {
                 if self.inventory.slice_lost(slice, self.now, grace).is_none() {
                     held.push(slice);

@@ -11,7 +11,7 @@ use crate::constants::*;
 use crate::inventory::Inventory;
 
 /// How long a just-created group may look incomplete before it counts as broken.
-pub const INCOMPLETE_GRACE: SignedDuration = SignedDuration::from_secs(60);
+pub const INCOMPLETE_GRACE: SignedDuration = SignedDuration::from_secs(30);
 
 /// What the planner concludes about one observed replica group.
 #[derive(Clone, Debug, PartialEq, Eq)]

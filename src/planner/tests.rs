@@ -649,13 +649,42 @@ fn a_just_created_group_that_looks_incomplete_settles_before_it_is_deleted() {
         plan.delete.is_empty() && plan.create.is_empty(),
         "settling: {plan:?}"
     );
-    assert_eq!(plan.requeue_after, Some(std::time::Duration::from_secs(55)));
+    assert_eq!(plan.requeue_after, Some(std::time::Duration::from_secs(25)));
     // Still incomplete when the grace ends: deleted whole, then recreated.
-    world.now += secs(55);
+    world.now += secs(25);
     let plan = world.step();
     assert_eq!(plan.delete.len(), 1);
     assert_eq!(
         (plan.delete[0].replica, plan.delete[0].reason.code()),
         (Some(1), "Incomplete")
+    );
+}
+
+#[test]
+fn a_stale_inventory_never_puts_a_second_group_on_a_slice_our_pods_hold() {
+    let mut world = World::new(train_cluster(Membership::Independent, 1, 2), v6e_pools(3));
+    world.step();
+    let replica1_slice =
+        World::label_of(pod_named(&world, "demo-workers-1-0"), LABEL_SLICE).unwrap();
+    world
+        .pods
+        .retain(|p| World::label_of(p, LABEL_REPLICA_INDEX).as_deref() != Some("0"));
+    // The inventory is a moment old: it predates every pod, so all slices look free.
+    let stale = Inventory::build(&world.nodes, &[]);
+    let plan = plan(&PlanInput {
+        cluster: &world.cluster,
+        pods: &world.pods,
+        inventory: &stale,
+        reserved: &Default::default(),
+        now: world.now,
+    });
+    assert_eq!(plan.create.len(), 1);
+    assert_ne!(
+        plan.create[0].slice.as_deref(),
+        Some(replica1_slice.as_str())
+    );
+    assert_eq!(
+        plan.status.desired_slices, 2,
+        "its own slice still counts as available"
     );
 }
