@@ -67,14 +67,9 @@ fn bench(c: &mut Criterion) {
             });
             // Creating one whole replacement group (64 pods rendered).
             let mut replaced = world.clone();
-            replaced.pods.retain(|p| {
-                p.metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(LABEL_REPLICA_INDEX))
-                    .map(String::as_str)
-                    != Some("500")
-            });
+            replaced
+                .pods
+                .retain(|p| World::label_of(p, LABEL_REPLICA_INDEX).as_deref() != Some("500"));
             let inventory = replaced.inventory();
             group.bench_function("recreate_one_group_plan", |b| {
                 b.iter(|| {

@@ -93,7 +93,7 @@ impl Env {
         let mut operators = Vec::new();
         if let Some(emulator) = &emulator {
             for i in 0..options.operators {
-                let mut config = OperatorConfig::for_tests();
+                let mut config = OperatorConfig::in_process();
                 config.resync_seconds = 2;
                 config.leader_election = options.leader_election;
                 config.lease_duration_seconds = 2;

@@ -148,19 +148,17 @@ async fn fake_kubelet(kubeconfig: Option<PathBuf>, pools: Vec<String>) -> anyhow
     operator::init_tracing(operator::LogFormat::Text);
     let mut specs = Vec::new();
     for pool in &pools {
-        let (name, rest) = pool.split_once('=').ok_or_else(|| {
-            anyhow::anyhow!(
+        let parsed = pool
+            .split_once('=')
+            .and_then(|(name, rest)| rest.split_once(':').map(|(a, t)| (name, a, t)));
+        let Some((name, accelerator, topology)) = parsed else {
+            anyhow::bail!(
                 "--pool {pool}: expected NAME=ACCELERATOR:TOPOLOGY, e.g. pool-a=tpu-v6e-slice:2x4"
-            )
-        })?;
-        let (accelerator, topology) = rest.split_once(':').ok_or_else(|| {
-            anyhow::anyhow!(
-                "--pool {pool}: expected NAME=ACCELERATOR:TOPOLOGY, e.g. pool-a=tpu-v6e-slice:2x4"
-            )
-        })?;
+            );
+        };
         specs.push(NodePoolSpec::new(name, accelerator, topology));
     }
-    let mut config = OperatorConfig::for_tests();
+    let mut config = OperatorConfig::in_process();
     config.kubeconfig = kubeconfig;
     let client = operator::client_for(&config).await?;
     slice_operator::sim::run_fake_kubelet_mode(

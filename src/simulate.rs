@@ -76,7 +76,7 @@ pub async fn simulate(
         .map_err(|e| anyhow::anyhow!("installing the CRD: {e}"))?;
     let client = emulator.client();
     say(format!("API emulator listening on {}", emulator.url()));
-    let mut config = OperatorConfig::for_tests();
+    let mut config = OperatorConfig::in_process();
     config.resync_seconds = 5;
     let operator = operator::start(client.clone(), config).await?;
     say(format!(

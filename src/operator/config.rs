@@ -63,8 +63,9 @@ pub struct OperatorConfig {
 }
 
 impl OperatorConfig {
-    /// Defaults for in-process use (tests, `simulate`): no leader election, ephemeral port.
-    pub fn for_tests() -> OperatorConfig {
+    /// Defaults for running inside another process (tests, `simulate`, `fake-kubelet`): no
+    /// leader election, an ephemeral metrics port.
+    pub fn in_process() -> OperatorConfig {
         OperatorConfig {
             kubeconfig: None,
             namespace: None,

@@ -265,16 +265,7 @@ fn is_sim_managed_taint(key: &str) -> bool {
 /// Names of the nodes of a pool currently in the API server (sorted).
 pub async fn pool_node_names(client: &Client, pool: &str) -> Result<Vec<String>, SimError> {
     let api: Api<Node> = Api::all(client.clone());
-    let lp = ListParams::default().labels(&format!("{NODE_LABEL_NODEPOOL}={pool}"));
-    let mut names: Vec<String> = api
-        .list(&lp)
-        .await?
-        .items
-        .into_iter()
-        .filter_map(|n| n.metadata.name)
-        .collect();
-    names.sort();
-    Ok(names)
+    sorted_node_names(&api, &format!("{NODE_LABEL_NODEPOOL}={pool}")).await
 }
 
 /// Reads a node, edits its taints with `f`, writes them back (merge patch of `spec.taints`).
@@ -357,14 +348,7 @@ pub async fn delete_node(client: &Client, node: &str) -> Result<(), SimError> {
 /// Deletes every node the simulator created (label [`SIM_NODE_LABEL`]); returns their names.
 pub async fn delete_sim_nodes(client: &Client) -> Result<Vec<String>, SimError> {
     let api: Api<Node> = Api::all(client.clone());
-    let mut names: Vec<String> = api
-        .list(&ListParams::default().labels(SIM_NODE_SELECTOR))
-        .await?
-        .items
-        .into_iter()
-        .filter_map(|n| n.metadata.name)
-        .collect();
-    names.sort();
+    let names = sorted_node_names(&api, SIM_NODE_SELECTOR).await?;
     for n in &names {
         delete_node(client, n).await?;
     }
@@ -649,4 +633,17 @@ mod mock_tests {
         assert_eq!(log[1].2["status"]["conditions"][0]["status"], "True");
         assert_eq!(log[7].1, "/api/v1/nodes/pool-0-3/status?");
     }
+}
+
+/// Names of the nodes matching a label selector, sorted.
+async fn sorted_node_names(api: &Api<Node>, selector: &str) -> Result<Vec<String>, SimError> {
+    let mut names: Vec<String> = api
+        .list(&ListParams::default().labels(selector))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    names.sort();
+    Ok(names)
 }
