@@ -38,10 +38,16 @@ timeline:
     wait: {}
   - at: 1s
     failPod: {pod: {cluster: quick, group: workers, replica: 1, host: 3}, exitCode: 1}
-  - at: 4s
-    preemptSlice: {pool: pool-0}
-  - at: 7s
-    restoreSlice: {pool: pool-0}
+  - after: {trainClusterField: {name: quick, path: status.restarts, equals: 1}, timeout: 30s}
+    wait: {}
+  - after: {trainClusterField: {name: quick, path: status.readySlices, equals: 2}, timeout: 30s}
+    wait: {}
+  - preemptSlice: {pool: pool-0}
+  - after: {trainClusterField: {name: quick, path: status.preemptions, equals: 1}, timeout: 30s}
+    wait: {}
+  - after: {trainClusterField: {name: quick, path: status.phase, equals: Running}, timeout: 30s}
+    wait: {}
+  - restoreSlice: {pool: pool-0}
   - after: {trainClusterField: {name: quick, path: status.readySlices, equals: 2}, timeout: 30s}
     wait: {}
 "#;
