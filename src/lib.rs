@@ -11,6 +11,7 @@ pub mod constants;
 pub mod emulator;
 pub mod error;
 pub mod inventory;
+pub mod lean;
 pub mod operator;
 pub mod planner;
 pub mod sim;

@@ -15,6 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use crate::api::*;
 use crate::constants::*;
 use crate::inventory::Inventory;
+use crate::lean::{LeanNode, LeanPod};
 use crate::planner::{Plan, PlanInput, plan};
 
 /// One Ready TPU node of a node pool.
@@ -193,12 +194,17 @@ pub fn at(secs: i64) -> Timestamp {
 
 /// A tiny in-memory cluster for driving the planner through scenarios: it applies plans the
 /// way the reconciler would (deletes first, then creates) and binds pods like a scheduler.
+///
+/// It holds full objects, as the API server does; the planner sees their lean views, as the
+/// operator's watches would.
 #[derive(Clone, Debug)]
 pub struct World {
     pub cluster: TrainCluster,
     pub nodes: Vec<Arc<Node>>,
     pub pods: Vec<Arc<Pod>>,
     pub now: Timestamp,
+    lean_nodes: LeanViews<Node, LeanNode>,
+    lean_pods: LeanViews<Pod, LeanPod>,
 }
 
 impl World {
@@ -208,18 +214,30 @@ impl World {
             nodes: nodes.into_iter().map(Arc::new).collect(),
             pods: Vec::new(),
             now: at(0),
+            lean_nodes: LeanViews::default(),
+            lean_pods: LeanViews::default(),
         }
     }
 
+    /// The nodes and pods as the operator's caches would hold them.
+    pub fn observed(&self) -> (Vec<Arc<LeanNode>>, Vec<Arc<LeanPod>>) {
+        (
+            self.lean_nodes.of(&self.nodes),
+            self.lean_pods.of(&self.pods),
+        )
+    }
+
     pub fn inventory(&self) -> Inventory {
-        Inventory::build(&self.nodes, &self.pods)
+        let (nodes, pods) = self.observed();
+        Inventory::build(&nodes, &pods)
     }
 
     pub fn plan(&self) -> Plan {
-        let inventory = self.inventory();
+        let (nodes, pods) = self.observed();
+        let inventory = Inventory::build(&nodes, &pods);
         plan(&PlanInput {
             cluster: &self.cluster,
-            pods: &self.pods,
+            pods: &pods,
             inventory: &inventory,
             reserved: &Default::default(),
             now: self.now,
@@ -241,7 +259,8 @@ impl World {
             .collect();
         self.pods
             .retain(|p| !deleted.contains(p.metadata.name.as_deref().unwrap_or_default()));
-        let mut scheduler = Scheduler::new(&self.nodes, &self.pods);
+        let nodes = self.lean_nodes.of(&self.nodes);
+        let mut scheduler = Scheduler::new(&nodes, &self.pods);
         for create in &plan.create {
             for pod in &create.pods {
                 let mut pod = pod.clone();
@@ -346,18 +365,76 @@ impl World {
     }
 }
 
+/// Lean views of a world's objects, converted once per object version: an `Arc` the
+/// world replaces or mutates (`Arc::make_mut` copies, since the cache shares it) gets a
+/// new address and so a new view.
+struct LeanViews<Full, Lean> {
+    by_address: std::sync::Mutex<ViewsByAddress<Full, Lean>>,
+}
+
+/// Keeping the full object alive keeps its address from being reused.
+type ViewsByAddress<Full, Lean> = std::collections::HashMap<usize, (Arc<Full>, Arc<Lean>)>;
+
+impl<Full, Lean> Default for LeanViews<Full, Lean> {
+    fn default() -> Self {
+        LeanViews {
+            by_address: Default::default(),
+        }
+    }
+}
+
+impl<Full, Lean> Clone for LeanViews<Full, Lean> {
+    fn clone(&self) -> Self {
+        LeanViews::default()
+    }
+}
+
+impl<Full, Lean> std::fmt::Debug for LeanViews<Full, Lean> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LeanViews")
+    }
+}
+
+impl<Full, Lean> LeanViews<Full, Lean>
+where
+    for<'f> Lean: From<&'f Full>,
+{
+    fn of(&self, objects: &[Arc<Full>]) -> Vec<Arc<Lean>> {
+        let mut cache = self.by_address.lock().expect("lean view cache");
+        let views: Vec<(usize, Arc<Full>, Arc<Lean>)> = objects
+            .iter()
+            .map(|full| {
+                let address = Arc::as_ptr(full) as usize;
+                let lean = match cache.get(&address) {
+                    Some((_, lean)) => lean.clone(),
+                    None => Arc::new(Lean::from(full.as_ref())),
+                };
+                (address, full.clone(), lean)
+            })
+            .collect();
+        cache.clear();
+        views
+            .into_iter()
+            .map(|(address, full, lean)| {
+                cache.insert(address, (full, lean.clone()));
+                lean
+            })
+            .collect()
+    }
+}
+
 /// A first-fit scheduler for [`World`]: nodes indexed by node pool and name, so placing
 /// 64,000 pods stays linear.
 struct Scheduler<'a> {
-    by_pool: std::collections::HashMap<&'a str, Vec<&'a Node>>,
-    by_name: std::collections::HashMap<&'a str, &'a Node>,
-    all: &'a [Arc<Node>],
+    by_pool: std::collections::HashMap<&'a str, Vec<&'a LeanNode>>,
+    by_name: std::collections::HashMap<&'a str, &'a LeanNode>,
+    all: &'a [Arc<LeanNode>],
     used: std::collections::HashSet<String>,
 }
 
 impl<'a> Scheduler<'a> {
-    fn new(nodes: &'a [Arc<Node>], pods: &[Arc<Pod>]) -> Scheduler<'a> {
-        let mut by_pool: std::collections::HashMap<&str, Vec<&Node>> = Default::default();
+    fn new(nodes: &'a [Arc<LeanNode>], pods: &[Arc<Pod>]) -> Scheduler<'a> {
+        let mut by_pool: std::collections::HashMap<&str, Vec<&LeanNode>> = Default::default();
         let mut by_name = std::collections::HashMap::new();
         for node in nodes {
             let labels = node.metadata.labels.as_ref();
@@ -383,7 +460,7 @@ impl<'a> Scheduler<'a> {
 
     fn pick(&mut self, pod: &Pod) -> Option<String> {
         let selector = pod.spec.as_ref()?.node_selector.as_ref()?;
-        let candidates: Vec<&Node> = if let Some(pool) = selector.get(NODE_LABEL_NODEPOOL) {
+        let candidates: Vec<&LeanNode> = if let Some(pool) = selector.get(NODE_LABEL_NODEPOOL) {
             self.by_pool.get(pool.as_str()).cloned().unwrap_or_default()
         } else if let Some(host) = selector.get("kubernetes.io/hostname") {
             self.by_name

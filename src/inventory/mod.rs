@@ -6,10 +6,10 @@
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, Pod};
 use rayon::prelude::*;
 
 use crate::constants::*;
+use crate::lean::{LeanNode, LeanPod};
 use crate::tpu::Topology;
 
 /// Who runs on a slice.
@@ -108,7 +108,7 @@ impl Inventory {
     /// Build the inventory from TPU nodes and the pods that may occupy them. Pods with the
     /// operator's labels mark their slice as held; other pods requesting `google.com/tpu`
     /// mark it foreign. Nodes without the accelerator label are ignored.
-    pub fn build(nodes: &[Arc<Node>], pods: &[Arc<Pod>]) -> Inventory {
+    pub fn build(nodes: &[Arc<LeanNode>], pods: &[Arc<LeanPod>]) -> Inventory {
         let mut slices: Vec<Slice> = Vec::new();
         let mut by_id: FastMap<String, usize> = FastMap::default();
         let mut node_states: FastMap<String, NodeState> = FastMap::default();
@@ -200,7 +200,7 @@ impl Inventory {
         let mut first_key: Vec<Option<&str>> = vec![None; slices.len()];
         let mut holders: Vec<Vec<Holder>> = vec![Vec::new(); slices.len()];
         let mut foreign = vec![false; slices.len()];
-        let claims: Vec<(usize, Option<&str>, &Pod)> = pods
+        let claims: Vec<(usize, Option<&str>, &LeanPod)> = pods
             .par_iter()
             .filter_map(|pod| {
                 if is_terminal(pod) {
@@ -208,9 +208,8 @@ impl Inventory {
                 }
                 let labels = pod.metadata.labels.as_ref();
                 let bound = pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.node_name.as_deref())
+                    .node_name
+                    .as_deref()
                     .and_then(|n| node_states.get(n))
                     .map(|n| n.slice);
                 let index = bound.or_else(|| {
@@ -237,7 +236,7 @@ impl Inventory {
                         holders[index].push(holder);
                     }
                 }
-                None if requests_tpu(pod) => foreign[index] = true,
+                None if pod.requests_tpu => foreign[index] = true,
                 None => {}
             }
         }
@@ -360,17 +359,12 @@ struct NodeObservation {
     health: NodeHealth,
 }
 
-fn observe_node(node: &Node) -> Option<NodeObservation> {
+fn observe_node(node: &LeanNode) -> Option<NodeObservation> {
     let name = node.metadata.name.clone()?;
     let labels = node.metadata.labels.as_ref()?;
     let accelerator = labels.get(NODE_LABEL_ACCELERATOR)?.clone();
     let topology = labels.get(NODE_LABEL_TOPOLOGY).cloned().unwrap_or_default();
-    let status = node.status.as_ref();
-    let chips = status
-        .and_then(|s| s.allocatable.as_ref().or(s.capacity.as_ref()))
-        .and_then(|r| r.get(TPU_RESOURCE))
-        .and_then(|q| q.0.parse::<u32>().ok())
-        .unwrap_or(0);
+    let chips = node.tpu_chips;
     let topo_chips = Topology::parse(&topology).map(|t| t.chips()).ok();
     let (hosts_expected, mut label_problem) = match topo_chips {
         None => (
@@ -415,39 +409,30 @@ fn observe_node(node: &Node) -> Option<NodeObservation> {
 
 /// Readiness of one node: present, Ready, schedulable, not being deleted, no not-ready /
 /// unreachable / termination taint.
-pub fn node_health(node: &Node) -> NodeHealth {
+pub fn node_health(node: &LeanNode) -> NodeHealth {
     if node.metadata.deletion_timestamp.is_some() {
         return NodeHealth::Terminating {
             reason: "node is being deleted".into(),
         };
     }
-    let spec = node.spec.as_ref();
-    for taint in spec.and_then(|s| s.taints.as_deref()).unwrap_or_default() {
-        if taint.key == TAINT_IMPENDING_TERMINATION {
-            return NodeHealth::Terminating {
-                reason: format!("taint {TAINT_IMPENDING_TERMINATION}"),
-            };
-        }
+    let tainted = |key: &str| node.taint_keys.iter().any(|k| k == key);
+    if tainted(TAINT_IMPENDING_TERMINATION) {
+        return NodeHealth::Terminating {
+            reason: format!("taint {TAINT_IMPENDING_TERMINATION}"),
+        };
     }
-    let ready = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
-    match ready {
-        Some(c) if c.status == "True" => {}
+    match &node.ready {
+        Some(c) if c.is_true => {}
         other => {
             return NodeHealth::NotReady {
-                since: other.and_then(|c| c.last_transition_time.as_ref().map(|t| t.0)),
+                since: other.as_ref().and_then(|c| c.since),
             };
         }
     }
-    for taint in spec.and_then(|s| s.taints.as_deref()).unwrap_or_default() {
-        if taint.key == TAINT_NOT_READY || taint.key == TAINT_UNREACHABLE {
-            return NodeHealth::NotReady { since: None };
-        }
+    if tainted(TAINT_NOT_READY) || tainted(TAINT_UNREACHABLE) {
+        return NodeHealth::NotReady { since: None };
     }
-    if spec.and_then(|s| s.unschedulable).unwrap_or(false) {
+    if node.unschedulable {
         return NodeHealth::Unusable {
             reason: "cordoned (unschedulable)".into(),
         };
@@ -455,7 +440,7 @@ pub fn node_health(node: &Node) -> NodeHealth {
     NodeHealth::Ready
 }
 
-fn holder_of(pod: &Pod) -> Option<Holder> {
+fn holder_of(pod: &LeanPod) -> Option<Holder> {
     let labels = pod.metadata.labels.as_ref()?;
     if labels.get(LABEL_ROLE).map(String::as_str) != Some(ROLE_WORKER) {
         return None;
@@ -468,26 +453,8 @@ fn holder_of(pod: &Pod) -> Option<Holder> {
     })
 }
 
-pub(crate) fn is_terminal(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded") | Some("Failed")
-    )
-}
-
-fn requests_tpu(pod: &Pod) -> bool {
-    pod.spec.as_ref().is_some_and(|spec| {
-        spec.containers.iter().any(|c| {
-            c.resources.as_ref().is_some_and(|r| {
-                r.limits
-                    .as_ref()
-                    .is_some_and(|l| l.contains_key(TPU_RESOURCE))
-                    || r.requests
-                        .as_ref()
-                        .is_some_and(|l| l.contains_key(TPU_RESOURCE))
-            })
-        })
-    })
+pub(crate) fn is_terminal(pod: &LeanPod) -> bool {
+    matches!(pod.phase.as_deref(), Some("Succeeded") | Some("Failed"))
 }
 
 #[cfg(test)]

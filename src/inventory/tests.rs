@@ -1,11 +1,17 @@
+use k8s_openapi::api::core::v1::{Node, Pod};
+
 use super::*;
 use crate::testing::*;
 
-fn arcs(nodes: Vec<Node>) -> Vec<Arc<Node>> {
-    nodes.into_iter().map(Arc::new).collect()
+fn arcs(nodes: Vec<Node>) -> Vec<Arc<LeanNode>> {
+    nodes.iter().map(|n| Arc::new(LeanNode::from(n))).collect()
 }
 
-fn worker_pod(cluster: &str, replica: u32, node: &str) -> Arc<Pod> {
+fn worker_pod(cluster: &str, replica: u32, node: &str) -> Arc<LeanPod> {
+    Arc::new(LeanPod::from(&full_worker_pod(cluster, replica, node)))
+}
+
+fn full_worker_pod(cluster: &str, replica: u32, node: &str) -> Pod {
     let mut pod = Pod::default();
     pod.metadata.name = Some(format!("{cluster}-w-{replica}-0"));
     pod.metadata.namespace = Some("ns".into());
@@ -20,7 +26,7 @@ fn worker_pod(cluster: &str, replica: u32, node: &str) -> Arc<Pod> {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect(),
     );
-    Arc::new(run_on(pod, node))
+    run_on(pod, node)
 }
 
 #[test]
@@ -108,7 +114,7 @@ fn occupancy_tells_held_foreign_and_contended() {
     foreign.spec.as_mut().unwrap().containers = worker_template(4).spec.unwrap().containers;
     let pods = vec![
         worker_pod("x", 0, "a-0"),
-        Arc::new(foreign),
+        Arc::new(LeanPod::from(&foreign)),
         worker_pod("x", 1, "c-0"),
         worker_pod("y", 0, "c-1"),
     ];
@@ -131,9 +137,9 @@ fn occupancy_tells_held_foreign_and_contended() {
 #[test]
 fn finished_pods_do_not_hold_a_slice() {
     let nodes = arcs(node_pool("a", "tpu-v6e-slice", "4x4", 4, 4));
-    let mut pod = (*worker_pod("x", 0, "a-0")).clone();
+    let mut pod = full_worker_pod("x", 0, "a-0");
     fail_pod(&mut pod);
-    let inv = Inventory::build(&nodes, &[Arc::new(pod)]);
+    let inv = Inventory::build(&nodes, &[Arc::new(LeanPod::from(&pod))]);
     assert!(inv.slice("a").unwrap().is_free());
 }
 

@@ -6,7 +6,6 @@ use std::sync::Mutex;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
 use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
@@ -14,6 +13,7 @@ use kube::runtime::reflector::Store;
 use super::config::OperatorConfig;
 use super::metrics::Metrics;
 use crate::api::TrainClusterStatus;
+use crate::lean::{LeanNode, LeanPod};
 
 pub struct Context {
     pub client: Client,
@@ -21,9 +21,9 @@ pub struct Context {
     pub metrics: Metrics,
     pub recorder: Recorder,
     /// Every pod carrying `slices.dev/cluster` (in the watched namespaces).
-    pub pods: Store<Pod>,
+    pub pods: Store<LeanPod>,
     /// Every node carrying the TPU accelerator label.
-    pub nodes: Store<Node>,
+    pub nodes: Store<LeanNode>,
     /// True once the caches have synced (or while standing by as a non-leader).
     pub ready: AtomicBool,
     /// True while this replica reconciles (always, without leader election).
@@ -59,8 +59,8 @@ impl Context {
         client: Client,
         config: OperatorConfig,
         recorder: Recorder,
-        pods: Store<Pod>,
-        nodes: Store<Node>,
+        pods: Store<LeanPod>,
+        nodes: Store<LeanNode>,
     ) -> Context {
         Context {
             client,
@@ -110,8 +110,8 @@ impl Reservations {
     /// 100 clusters reconcile at once).
     pub fn inventory(
         &mut self,
-        nodes: &Store<Node>,
-        pods: &Store<Pod>,
+        nodes: &Store<LeanNode>,
+        pods: &Store<LeanPod>,
     ) -> std::sync::Arc<crate::inventory::Inventory> {
         match &self.inventory {
             Some((built, inventory)) if built.elapsed() < INVENTORY_MAX_AGE => inventory.clone(),

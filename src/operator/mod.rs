@@ -8,7 +8,6 @@ pub mod http;
 pub mod leader;
 pub mod metrics;
 pub mod reconcile;
-pub mod trim;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -16,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::core::v1::Service;
 use kube::api::Api;
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
@@ -29,6 +28,7 @@ use tokio::sync::oneshot;
 use crate::api::TrainCluster;
 use crate::constants::*;
 use crate::error::{Error, Result};
+use crate::lean::{LeanNode, LeanPod};
 pub use config::{LogFormat, OperatorConfig};
 pub use context::Context;
 
@@ -95,27 +95,27 @@ pub async fn run(
         }
     };
 
-    let (tc_api, pod_api): (Api<DeserializeGuard<TrainCluster>>, Api<Pod>) = match &config.namespace
-    {
-        Some(ns) => (
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
-        ),
-        None => (Api::all(client.clone()), Api::all(client.clone())),
-    };
+    let (tc_api, pod_api): (Api<DeserializeGuard<TrainCluster>>, Api<LeanPod>) =
+        match &config.namespace {
+            Some(ns) => (
+                Api::namespaced(client.clone(), ns),
+                Api::namespaced(client.clone(), ns),
+            ),
+            None => (Api::all(client.clone()), Api::all(client.clone())),
+        };
     let service_api: Api<Service> = match &config.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    let node_api: Api<Node> = Api::all(client.clone());
+    let node_api: Api<LeanNode> = Api::all(client.clone());
 
     let reporter = Reporter {
         controller: OPERATOR_NAME.into(),
         instance: Some(config.identity()),
     };
     let recorder = Recorder::new(client.clone(), reporter);
-    let (pods, pod_writer) = reflector::store_shared::<Pod>(1024);
-    let (nodes, node_writer) = reflector::store_shared::<Node>(1024);
+    let (pods, pod_writer) = reflector::store_shared::<LeanPod>(1024);
+    let (nodes, node_writer) = reflector::store_shared::<LeanNode>(1024);
     let ctx = Arc::new(Context::new(
         client.clone(),
         config.clone(),
@@ -160,7 +160,6 @@ pub async fn run(
     let node_events = node_writer.subscribe().expect("shared store");
     let pod_watch = watcher(pod_api, watcher::Config::default().labels(LABEL_CLUSTER))
         .default_backoff()
-        .modify(trim::trim_pod)
         .reflect_shared(pod_writer)
         .for_each(|_| futures::future::ready(()));
     let node_watch = watcher(
@@ -168,14 +167,13 @@ pub async fn run(
         watcher::Config::default().labels(NODE_LABEL_ACCELERATOR),
     )
     .default_backoff()
-    .modify(trim::trim_node)
     .reflect_shared(node_writer)
     .for_each(|_| futures::future::ready(()));
 
     let controller = Controller::new(tc_api, watcher::Config::default())
         .with_config(ControllerConfig::default().concurrency(config.concurrency));
     let trainclusters = controller.store();
-    let node_to_clusters = move |node: Arc<Node>| {
+    let node_to_clusters = move |node: Arc<LeanNode>| {
         // A node change matters to every TrainCluster with a group of its slice shape.
         let labels = node.labels();
         let accelerator = labels.get(NODE_LABEL_ACCELERATOR).cloned();

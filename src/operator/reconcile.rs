@@ -15,6 +15,7 @@ use super::context::{Context, EXPECTATION_TIMEOUT};
 use crate::api::{Phase, TrainCluster};
 use crate::constants::LABEL_CLUSTER;
 use crate::error::{Error, Result};
+use crate::lean::LeanPod;
 use crate::planner::{self, DisruptionKind, PlanInput};
 
 /// The controller's entry point. Objects that do not even deserialize as a TrainCluster are
@@ -153,7 +154,7 @@ async fn reconcile_inner(tc: &TrainCluster, ctx: &Context, namespace: &str) -> R
     }
     // This cluster's pods only; the full snapshot is taken (and dropped) inside the planning
     // lock, so reconciles waiting on API calls do not pin thousands of stale pod versions.
-    let pods: Vec<Arc<Pod>> = ctx
+    let pods: Vec<Arc<LeanPod>> = ctx
         .pods
         .state()
         .into_iter()

@@ -14,6 +14,8 @@ use std::time::Duration;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Pod, Service};
 
+use crate::lean::LeanPod;
+
 use crate::api::validate::{self, FieldError, ResolvedGroup};
 use crate::api::{GroupStatus, Membership, Phase, TrainCluster, TrainClusterStatus};
 use crate::constants::*;
@@ -28,7 +30,7 @@ pub struct PlanInput<'a> {
     pub cluster: &'a TrainCluster,
     /// Pods carrying this cluster's `slices.dev/cluster` label (others are ignored; pods not
     /// controlled by this TrainCluster's uid are never touched).
-    pub pods: &'a [Arc<Pod>],
+    pub pods: &'a [Arc<LeanPod>],
     pub inventory: &'a Inventory,
     /// Free slices another TrainCluster was just given but whose pods the caches do not show
     /// yet: not free for this plan.
@@ -132,7 +134,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
 }
 
 /// Pods are the operator's only if this TrainCluster (by uid) controls them.
-fn is_controlled_by(pod: &Pod, uid: Option<&str>) -> bool {
+fn is_controlled_by(pod: &LeanPod, uid: Option<&str>) -> bool {
     pod.metadata
         .owner_references
         .as_deref()
@@ -251,7 +253,7 @@ impl<'a> Planner<'a> {
         }
         // Pods of groups no longer in the spec go, whole.
         for (name, facts) in by_group {
-            let pods: Vec<&Pod> = facts.iter().map(|f| f.pod).collect();
+            let pods: Vec<&LeanPod> = facts.iter().map(|f| f.pod).collect();
             self.delete_whole(
                 name,
                 None,
@@ -689,7 +691,7 @@ impl<'a> Planner<'a> {
         group: &str,
         replica: Option<u32>,
         reason: DeleteReason,
-        pods: &[&Pod],
+        pods: &[&LeanPod],
     ) {
         let pods = live_refs(pods);
         if pods.is_empty() {
@@ -712,7 +714,7 @@ impl<'a> Planner<'a> {
         });
     }
 
-    fn plan_head(&mut self, cluster: &str, head_pods: &[&Pod]) {
+    fn plan_head(&mut self, cluster: &str, head_pods: &[&LeanPod]) {
         let spec = &self.tc.spec;
         let wanted = spec.head.is_some() && !spec.suspend;
         let mut present = false;
@@ -777,7 +779,7 @@ impl<'a> Planner<'a> {
 }
 
 /// Members already terminating need no second delete.
-fn live_refs(pods: &[&Pod]) -> Vec<PodRef> {
+fn live_refs(pods: &[&LeanPod]) -> Vec<PodRef> {
     pods.iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .map(|p| PodRef {

@@ -2,8 +2,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::lean::LeanPod;
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::Pod;
 use rayon::prelude::*;
 
 use super::reason::DeleteReason;
@@ -29,7 +29,7 @@ pub enum Verdict {
 #[derive(Clone, Debug)]
 pub struct ObservedReplica<'a> {
     pub replica: u32,
-    pub pods: Vec<&'a Pod>,
+    pub pods: Vec<&'a LeanPod>,
     /// The epoch label, if every member carries the same one.
     pub epoch: Option<u64>,
     pub incarnation: u64,
@@ -43,7 +43,7 @@ pub struct ObservedReplica<'a> {
 /// The operator's labels of one pod, parsed once (the planner looks at 64,000 of them).
 #[derive(Clone, Copy, Debug)]
 pub struct PodFacts<'a> {
-    pub pod: &'a Pod,
+    pub pod: &'a LeanPod,
     pub cluster: Option<&'a str>,
     pub role: Option<&'a str>,
     pub group: Option<&'a str>,
@@ -55,7 +55,7 @@ pub struct PodFacts<'a> {
 }
 
 impl<'a> PodFacts<'a> {
-    pub fn of(pod: &'a Pod) -> PodFacts<'a> {
+    pub fn of(pod: &'a LeanPod) -> PodFacts<'a> {
         let mut facts = PodFacts {
             pod,
             cluster: None,
@@ -105,7 +105,7 @@ pub fn replicas<'a>(
     inventory: &'a Inventory,
     now: Timestamp,
     grace: SignedDuration,
-) -> (BTreeMap<u32, ObservedReplica<'a>>, Vec<&'a Pod>) {
+) -> (BTreeMap<u32, ObservedReplica<'a>>, Vec<&'a LeanPod>) {
     // Group by sorting (replica, position) pairs: no per-pod map inserts or copies.
     let mut order: Vec<(u32, usize)> = Vec::with_capacity(pods.len());
     let mut strays = Vec::new();
@@ -154,7 +154,7 @@ fn judge<'a>(
         .max()
         .unwrap_or(0);
     let node_slice = facts.iter().find_map(|f| {
-        let node = f.pod.spec.as_ref()?.node_name.as_deref()?;
+        let node = f.pod.node_name.as_deref()?;
         inventory.slice_of_node(node).map(|s| s.id.as_str())
     });
     let pinned = facts.iter().find_map(|f| f.slice);
@@ -182,7 +182,7 @@ fn verdict(
     now: Timestamp,
     grace: SignedDuration,
 ) -> Verdict {
-    let terminating = |p: &Pod| p.metadata.deletion_timestamp.is_some();
+    let terminating = |p: &LeanPod| p.metadata.deletion_timestamp.is_some();
     if facts.iter().all(|f| terminating(f.pod)) {
         return Verdict::Draining;
     }
@@ -206,7 +206,7 @@ fn verdict(
             }
             None => {
                 for f in facts {
-                    let node = f.pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+                    let node = f.pod.node_name.as_deref();
                     if let Some(node) = node
                         && let Some(why) = inventory.node_lost(node, now, grace)
                     {
@@ -223,8 +223,7 @@ fn verdict(
         return Verdict::Broken(DeleteReason::MemberDeleted { pod: name(f.pod) });
     }
     for f in facts {
-        let status = f.pod.status.as_ref();
-        match status.and_then(|s| s.phase.as_deref()) {
+        match f.pod.phase.as_deref() {
             Some("Failed") => {
                 return Verdict::Broken(DeleteReason::MemberFailed { pod: name(f.pod) });
             }
@@ -233,15 +232,10 @@ fn verdict(
             }
             _ => {}
         }
-        let statuses = status.and_then(|s| s.container_statuses.as_deref());
-        if let Some(c) = statuses
-            .unwrap_or_default()
-            .iter()
-            .find(|c| c.restart_count > 0)
-        {
+        if let Some(container) = &f.pod.restarted_container {
             return Verdict::Broken(DeleteReason::ContainerRestarted {
                 pod: name(f.pod),
-                container: c.name.clone(),
+                container: container.clone(),
             });
         }
     }
@@ -279,24 +273,16 @@ fn verdict(
     Verdict::Healthy
 }
 
-pub fn label_u64(pod: &Pod, key: &str) -> Option<u64> {
+pub fn label_u64(pod: &LeanPod, key: &str) -> Option<u64> {
     pod.metadata.labels.as_ref()?.get(key)?.parse().ok()
 }
 
-pub fn name(pod: &Pod) -> String {
+pub fn name(pod: &LeanPod) -> String {
     pod.metadata.name.clone().unwrap_or_default()
 }
 
-pub fn is_running_and_ready(pod: &Pod) -> bool {
-    let Some(status) = pod.status.as_ref() else {
-        return false;
-    };
-    status.phase.as_deref() == Some("Running")
+pub fn is_running_and_ready(pod: &LeanPod) -> bool {
+    pod.phase.as_deref() == Some("Running")
         && pod.metadata.deletion_timestamp.is_none()
-        && status
-            .conditions
-            .as_deref()
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True")
+        && pod.ready
 }

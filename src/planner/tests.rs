@@ -670,10 +670,11 @@ fn a_stale_inventory_never_puts_a_second_group_on_a_slice_our_pods_hold() {
         .pods
         .retain(|p| World::label_of(p, LABEL_REPLICA_INDEX).as_deref() != Some("0"));
     // The inventory is a moment old: it predates every pod, so all slices look free.
-    let stale = Inventory::build(&world.nodes, &[]);
+    let (nodes, pods) = world.observed();
+    let stale = Inventory::build(&nodes, &[]);
     let plan = plan(&PlanInput {
         cluster: &world.cluster,
-        pods: &world.pods,
+        pods: &pods,
         inventory: &stale,
         reserved: &Default::default(),
         now: world.now,

@@ -1,0 +1,313 @@
+//! Lean views of the Pods and Nodes the operator watches: only the fields the inventory and
+//! the planner read. The watches deserialize straight into these, so a full `k8s-openapi`
+//! Pod or Node (kilobytes of inline spec and status each) is never built or cached; at
+//! 12,800 pods and nodes that is most of the operator's memory.
+//!
+//! Both types keep a real [`ObjectMeta`] (with only the fields below filled) so the kube
+//! runtime can key its caches, follow owner references and track resource versions.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+
+use crate::constants::TPU_RESOURCE;
+
+/// A Pod as the planner sees it.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(from = "wire::Pod")]
+pub struct LeanPod {
+    /// Name, namespace, uid, resourceVersion, labels, owner references, creation and
+    /// deletion timestamps.
+    pub metadata: ObjectMeta,
+    pub node_name: Option<String>,
+    /// Some container requests or limits `google.com/tpu`.
+    pub requests_tpu: bool,
+    pub phase: Option<String>,
+    /// The Ready condition is True.
+    pub ready: bool,
+    /// The first container that has restarted, if any.
+    pub restarted_container: Option<String>,
+}
+
+/// A Node as the inventory sees it.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(from = "wire::Node")]
+pub struct LeanNode {
+    /// Name, uid, resourceVersion, labels, creation and deletion timestamps.
+    pub metadata: ObjectMeta,
+    pub taint_keys: Vec<String>,
+    pub unschedulable: bool,
+    /// The Ready condition, if the node reports one.
+    pub ready: Option<ReadyCondition>,
+    /// `google.com/tpu` chips: allocatable, else capacity; 0 when absent or unparsable.
+    pub tpu_chips: u32,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ReadyCondition {
+    pub is_true: bool,
+    pub since: Option<Timestamp>,
+}
+
+impl LeanPod {
+    pub fn name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.metadata.labels.as_ref()?.get(key).map(String::as_str)
+    }
+}
+
+impl LeanNode {
+    pub fn name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.metadata.labels.as_ref()?.get(key).map(String::as_str)
+    }
+}
+
+/// The lean view of a full object, through the same deserializer the watches use.
+impl From<&Pod> for LeanPod {
+    fn from(pod: &Pod) -> LeanPod {
+        serde_json::to_value(pod)
+            .and_then(serde_json::from_value)
+            .expect("a Pod always has a lean view")
+    }
+}
+
+impl From<&Node> for LeanNode {
+    fn from(node: &Node) -> LeanNode {
+        serde_json::to_value(node)
+            .and_then(serde_json::from_value)
+            .expect("a Node always has a lean view")
+    }
+}
+
+/// Same kind, group, version and plural as the full type, so `Api<LeanPod>` lists and
+/// watches `/api/v1/pods`.
+macro_rules! inherit_resource {
+    ($lean:ty, $full:ty, $scope:ty) => {
+        impl kube::Resource for $lean {
+            type DynamicType = ();
+            type Scope = $scope;
+
+            fn kind(_: &()) -> Cow<'_, str> {
+                <$full as kube::Resource>::kind(&())
+            }
+            fn group(_: &()) -> Cow<'_, str> {
+                <$full as kube::Resource>::group(&())
+            }
+            fn version(_: &()) -> Cow<'_, str> {
+                <$full as kube::Resource>::version(&())
+            }
+            fn plural(_: &()) -> Cow<'_, str> {
+                <$full as kube::Resource>::plural(&())
+            }
+            fn meta(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+
+inherit_resource!(LeanPod, Pod, NamespaceResourceScope);
+inherit_resource!(LeanNode, Node, ClusterResourceScope);
+
+/// The JSON shapes read from the API server. Fields not named here are skipped by the
+/// parser without being allocated.
+mod wire {
+    use super::*;
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct Meta {
+        name: Option<String>,
+        namespace: Option<String>,
+        uid: Option<String>,
+        resource_version: Option<String>,
+        labels: Option<BTreeMap<String, String>>,
+        owner_references: Option<Vec<OwnerReference>>,
+        creation_timestamp: Option<Time>,
+        deletion_timestamp: Option<Time>,
+    }
+
+    impl From<Meta> for ObjectMeta {
+        fn from(m: Meta) -> ObjectMeta {
+            ObjectMeta {
+                name: m.name,
+                namespace: m.namespace,
+                uid: m.uid,
+                resource_version: m.resource_version,
+                labels: m.labels,
+                owner_references: m.owner_references,
+                creation_timestamp: m.creation_timestamp,
+                deletion_timestamp: m.deletion_timestamp,
+                ..Default::default()
+            }
+        }
+    }
+
+    #[derive(Deserialize)]
+    pub struct Pod {
+        metadata: Option<Meta>,
+        spec: Option<PodSpec>,
+        status: Option<PodStatus>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct PodSpec {
+        node_name: Option<String>,
+        containers: Option<Vec<Container>>,
+    }
+
+    #[derive(Deserialize)]
+    struct Container {
+        resources: Option<Resources>,
+    }
+
+    #[derive(Deserialize)]
+    struct Resources {
+        requests: Option<BTreeMap<String, IgnoredAny>>,
+        limits: Option<BTreeMap<String, IgnoredAny>>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct PodStatus {
+        phase: Option<String>,
+        conditions: Option<Vec<Condition>>,
+        container_statuses: Option<Vec<ContainerStatus>>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Condition {
+        #[serde(rename = "type")]
+        type_: String,
+        status: String,
+        last_transition_time: Option<Time>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct ContainerStatus {
+        name: String,
+        restart_count: Option<i32>,
+    }
+
+    impl From<Pod> for LeanPod {
+        fn from(pod: Pod) -> LeanPod {
+            let spec = pod.spec;
+            let status = pod.status;
+            let requests_tpu = spec
+                .as_ref()
+                .and_then(|s| s.containers.as_deref())
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|c| c.resources.as_ref())
+                .any(|r| {
+                    [&r.requests, &r.limits]
+                        .into_iter()
+                        .any(|m| m.as_ref().is_some_and(|m| m.contains_key(TPU_RESOURCE)))
+                });
+            let ready = status
+                .as_ref()
+                .and_then(|s| s.conditions.as_deref())
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            let restarted_container = status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_deref())
+                .unwrap_or_default()
+                .iter()
+                .find(|c| c.restart_count.unwrap_or(0) > 0)
+                .map(|c| c.name.clone());
+            LeanPod {
+                metadata: pod.metadata.map(Into::into).unwrap_or_default(),
+                node_name: spec.and_then(|s| s.node_name),
+                requests_tpu,
+                phase: status.and_then(|s| s.phase),
+                ready,
+                restarted_container,
+            }
+        }
+    }
+
+    #[derive(Deserialize)]
+    pub struct Node {
+        metadata: Option<Meta>,
+        spec: Option<NodeSpec>,
+        status: Option<NodeStatus>,
+    }
+
+    #[derive(Deserialize)]
+    struct NodeSpec {
+        taints: Option<Vec<Taint>>,
+        unschedulable: Option<bool>,
+    }
+
+    #[derive(Deserialize)]
+    struct Taint {
+        key: String,
+    }
+
+    #[derive(Deserialize)]
+    struct NodeStatus {
+        allocatable: Option<BTreeMap<String, Quantity>>,
+        capacity: Option<BTreeMap<String, Quantity>>,
+        conditions: Option<Vec<Condition>>,
+    }
+
+    impl From<Node> for LeanNode {
+        fn from(node: Node) -> LeanNode {
+            let spec = node.spec;
+            let status = node.status;
+            let tpu_chips = status
+                .as_ref()
+                .and_then(|s| s.allocatable.as_ref().or(s.capacity.as_ref()))
+                .and_then(|r| r.get(TPU_RESOURCE))
+                .and_then(|q| q.0.parse::<u32>().ok())
+                .unwrap_or(0);
+            let ready = status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .into_iter()
+                .find(|c| c.type_ == "Ready")
+                .map(|c| ReadyCondition {
+                    is_true: c.status == "True",
+                    since: c.last_transition_time.map(|t| t.0),
+                });
+            LeanNode {
+                metadata: node.metadata.map(Into::into).unwrap_or_default(),
+                taint_keys: spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_deref())
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|t| t.key.clone())
+                    .collect(),
+                unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+                ready,
+                tpu_chips,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

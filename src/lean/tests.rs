@@ -1,0 +1,174 @@
+use kube::Resource;
+use serde_json::json;
+
+use super::*;
+
+/// A pod as the API server serves it: managed fields, annotations, env, volumes and
+/// statuses the planner never reads.
+fn served_pod() -> serde_json::Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "demo-workers-1-0",
+            "namespace": "team-a",
+            "uid": "u-1",
+            "resourceVersion": "42",
+            "generation": 1,
+            "creationTimestamp": "2026-11-21T10:00:00Z",
+            "deletionTimestamp": "2026-11-21T10:05:00Z",
+            "labels": {"slices.dev/cluster": "demo", "slices.dev/host-index": "0"},
+            "annotations": {"note": "x".repeat(4096)},
+            "finalizers": ["example.com/hold"],
+            "ownerReferences": [{
+                "apiVersion": "slices.dev/v1alpha1", "kind": "TrainCluster", "name": "demo",
+                "uid": "tc-1", "controller": true, "blockOwnerDeletion": true
+            }],
+            "managedFields": [{"manager": "slice-operator", "operation": "Update",
+                               "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}]
+        },
+        "spec": {
+            "nodeName": "pool-1-0",
+            "nodeSelector": {"cloud.google.com/gke-nodepool": "pool-1"},
+            "volumes": [{"name": "data", "emptyDir": {}}],
+            "containers": [
+                {"name": "sidecar", "image": "busybox", "resources": {"requests": {"cpu": "1"}}},
+                {"name": "worker", "image": "trainer:1",
+                 "env": [{"name": "TPU_WORKER_ID", "value": "0"}],
+                 "resources": {"limits": {"google.com/tpu": "4"}}}
+            ]
+        },
+        "status": {
+            "phase": "Running",
+            "podIP": "10.0.0.1",
+            "conditions": [
+                {"type": "PodScheduled", "status": "True"},
+                {"type": "Ready", "status": "True"}
+            ],
+            "containerStatuses": [
+                {"name": "sidecar", "ready": true, "restartCount": 0, "image": "busybox",
+                 "imageID": "", "state": {"running": {}}},
+                {"name": "worker", "ready": true, "restartCount": 2, "image": "trainer:1",
+                 "imageID": ""}
+            ]
+        }
+    })
+}
+
+#[test]
+fn pod_keeps_what_the_planner_reads_and_nothing_else() {
+    let pod: LeanPod = serde_json::from_value(served_pod()).unwrap();
+    let meta = &pod.metadata;
+    assert_eq!(pod.name(), "demo-workers-1-0");
+    assert_eq!(meta.namespace.as_deref(), Some("team-a"));
+    assert_eq!(meta.uid.as_deref(), Some("u-1"));
+    assert_eq!(meta.resource_version.as_deref(), Some("42"));
+    assert_eq!(pod.label("slices.dev/cluster"), Some("demo"));
+    assert_eq!(meta.owner_references.as_ref().unwrap()[0].uid, "tc-1");
+    assert!(meta.creation_timestamp.is_some() && meta.deletion_timestamp.is_some());
+    assert_eq!(pod.node_name.as_deref(), Some("pool-1-0"));
+    assert!(
+        pod.requests_tpu,
+        "a TPU limit alone counts as a TPU request"
+    );
+    assert_eq!(pod.phase.as_deref(), Some("Running"));
+    assert!(pod.ready);
+    assert_eq!(pod.restarted_container.as_deref(), Some("worker"));
+    // Dropped: never read, and the bulk of a served object.
+    assert!(meta.annotations.is_none());
+    assert!(meta.managed_fields.is_none());
+    assert!(meta.finalizers.is_none());
+    assert!(meta.generation.is_none());
+}
+
+#[test]
+fn pod_without_tpu_readiness_or_restarts() {
+    let mut served = served_pod();
+    served["spec"]["containers"][1]["resources"] = json!({"requests": {"cpu": "2"}});
+    served["status"]["conditions"][1]["status"] = json!("False");
+    served["status"]["containerStatuses"][1]["restartCount"] = json!(0);
+    let pod: LeanPod = serde_json::from_value(served).unwrap();
+    assert!(!pod.requests_tpu);
+    assert!(!pod.ready);
+    assert_eq!(pod.restarted_container, None);
+}
+
+#[test]
+fn null_and_missing_sections_are_empty_not_errors() {
+    let pod: LeanPod = serde_json::from_value(json!({
+        "metadata": {"name": "p", "labels": null, "ownerReferences": null},
+        "spec": {"containers": null, "nodeName": null},
+        "status": null
+    }))
+    .unwrap();
+    assert_eq!(pod.name(), "p");
+    assert!(!pod.requests_tpu && !pod.ready && pod.phase.is_none());
+    let node: LeanNode = serde_json::from_value(json!({"metadata": {"name": "n"}})).unwrap();
+    assert_eq!(
+        (node.tpu_chips, node.ready.clone(), node.unschedulable),
+        (0, None, false)
+    );
+}
+
+#[test]
+fn node_keeps_taints_cordon_readiness_and_chips() {
+    let served = json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "pool-1-0", "uid": "n-1", "resourceVersion": "7",
+                     "labels": {"cloud.google.com/gke-nodepool": "pool-1"},
+                     "annotations": {"a": "b"}},
+        "spec": {"unschedulable": true, "podCIDR": "10.1.0.0/24", "taints": [
+            {"key": "cloud.google.com/impending-node-termination", "effect": "NoSchedule"}]},
+        "status": {
+            "capacity": {"google.com/tpu": "8", "cpu": "200"},
+            "allocatable": {"google.com/tpu": "4", "cpu": "190"},
+            "conditions": [
+                {"type": "MemoryPressure", "status": "False"},
+                {"type": "Ready", "status": "False",
+                 "lastTransitionTime": "2026-11-21T10:00:00Z"}
+            ],
+            "images": [{"names": ["trainer:1"], "sizeBytes": 1}]
+        }
+    });
+    let node: LeanNode = serde_json::from_value(served).unwrap();
+    assert_eq!(node.name(), "pool-1-0");
+    assert_eq!(node.label("cloud.google.com/gke-nodepool"), Some("pool-1"));
+    assert_eq!(
+        node.taint_keys,
+        ["cloud.google.com/impending-node-termination"]
+    );
+    assert!(node.unschedulable);
+    assert_eq!(node.tpu_chips, 4, "allocatable wins over capacity");
+    let ready = node.ready.unwrap();
+    assert!(!ready.is_true);
+    assert_eq!(ready.since, Some("2026-11-21T10:00:00Z".parse().unwrap()));
+    assert!(node.metadata.annotations.is_none());
+}
+
+#[test]
+fn capacity_counts_when_allocatable_is_absent() {
+    let node: LeanNode = serde_json::from_value(json!({
+        "metadata": {"name": "n"},
+        "status": {"capacity": {"google.com/tpu": "4"}}
+    }))
+    .unwrap();
+    assert_eq!(node.tpu_chips, 4);
+}
+
+#[test]
+fn lean_types_address_the_same_api_paths_as_the_full_ones() {
+    assert_eq!(
+        LeanPod::url_path(&(), Some("team-a")),
+        Pod::url_path(&(), Some("team-a"))
+    );
+    assert_eq!(LeanNode::url_path(&(), None), Node::url_path(&(), None));
+    assert_eq!(LeanPod::kind(&()), "Pod");
+    assert_eq!(LeanNode::api_version(&()), "v1");
+}
+
+#[test]
+fn conversion_from_full_objects_matches_the_wire_path() {
+    let full: Pod = serde_json::from_value(served_pod()).unwrap();
+    let direct: LeanPod = serde_json::from_value(served_pod()).unwrap();
+    assert_eq!(LeanPod::from(&full), direct);
+}
