@@ -5,6 +5,8 @@
 //!
 //! Both types keep a real [`ObjectMeta`] (with only the fields below filled) so the kube
 //! runtime can key its caches, follow owner references and track resource versions.
+//! Labels are kept only where the operator reads them: its own `slices.dev/` labels on pods,
+//! the GKE TPU labels on nodes (a GKE node carries dozens of others).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -17,14 +19,14 @@ use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
-use crate::constants::TPU_RESOURCE;
+use crate::constants::{LABEL_PREFIX, NODE_LABELS_READ, TPU_RESOURCE};
 
 /// A Pod as the planner sees it.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(from = "wire::Pod")]
 pub struct LeanPod {
-    /// Name, namespace, uid, resourceVersion, labels, owner references, creation and
-    /// deletion timestamps.
+    /// Name, namespace, uid, resourceVersion, `slices.dev/` labels, owner references,
+    /// creation and deletion timestamps.
     pub metadata: ObjectMeta,
     pub node_name: Option<String>,
     /// Some container requests or limits `google.com/tpu`.
@@ -40,7 +42,8 @@ pub struct LeanPod {
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(from = "wire::Node")]
 pub struct LeanNode {
-    /// Name, uid, resourceVersion, labels, creation and deletion timestamps.
+    /// Name, uid, resourceVersion, the labels in [`NODE_LABELS_READ`], creation and
+    /// deletion timestamps.
     pub metadata: ObjectMeta,
     pub taint_keys: Vec<String>,
     pub unschedulable: bool,
@@ -144,17 +147,19 @@ mod wire {
         deletion_timestamp: Option<Time>,
     }
 
-    impl From<Meta> for ObjectMeta {
-        fn from(m: Meta) -> ObjectMeta {
+    impl Meta {
+        fn keeping_labels(self, keep: impl Fn(&str) -> bool) -> ObjectMeta {
             ObjectMeta {
-                name: m.name,
-                namespace: m.namespace,
-                uid: m.uid,
-                resource_version: m.resource_version,
-                labels: m.labels,
-                owner_references: m.owner_references,
-                creation_timestamp: m.creation_timestamp,
-                deletion_timestamp: m.deletion_timestamp,
+                name: self.name,
+                namespace: self.namespace,
+                uid: self.uid,
+                resource_version: self.resource_version,
+                labels: self
+                    .labels
+                    .map(|l| l.into_iter().filter(|(k, _)| keep(k)).collect()),
+                owner_references: self.owner_references,
+                creation_timestamp: self.creation_timestamp,
+                deletion_timestamp: self.deletion_timestamp,
                 ..Default::default()
             }
         }
@@ -238,7 +243,10 @@ mod wire {
                 .find(|c| c.restart_count.unwrap_or(0) > 0)
                 .map(|c| c.name.clone());
             LeanPod {
-                metadata: pod.metadata.map(Into::into).unwrap_or_default(),
+                metadata: pod
+                    .metadata
+                    .map(|m| m.keeping_labels(|k| k.starts_with(LABEL_PREFIX)))
+                    .unwrap_or_default(),
                 node_name: spec.and_then(|s| s.node_name),
                 requests_tpu,
                 phase: status.and_then(|s| s.phase),
@@ -293,7 +301,10 @@ mod wire {
                     since: c.last_transition_time.map(|t| t.0),
                 });
             LeanNode {
-                metadata: node.metadata.map(Into::into).unwrap_or_default(),
+                metadata: node
+                    .metadata
+                    .map(|m| m.keeping_labels(|k| NODE_LABELS_READ.contains(&k)))
+                    .unwrap_or_default(),
                 taint_keys: spec
                     .as_ref()
                     .and_then(|s| s.taints.as_deref())

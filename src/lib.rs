@@ -1,8 +1,9 @@
 #![forbid(unsafe_code)]
 //! slice-operator: elastic, multi-host TPU training clusters on Kubernetes.
 //!
-//! Functional core: [`tpu`] (slice math), [`inventory`] (nodes to slices), [`planner`]
-//! (what the cluster should look like next). Imperative shell: [`operator`] (watch, apply).
+//! Functional core: [`tpu`] (slice math), [`lean`] (the watched Pods and Nodes, as the
+//! planner reads them), [`inventory`] (nodes to slices), [`planner`] (what the cluster
+//! should look like next). Imperative shell: [`operator`] (watch, apply).
 //! Test and demo infrastructure: [`emulator`] (in-process API server), [`sim`] (fake TPU
 //! node pools and kubelet, scenarios).
 

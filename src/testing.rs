@@ -260,7 +260,7 @@ impl World {
         self.pods
             .retain(|p| !deleted.contains(p.metadata.name.as_deref().unwrap_or_default()));
         let nodes = self.lean_nodes.of(&self.nodes);
-        let mut scheduler = Scheduler::new(&nodes, &self.pods);
+        let mut scheduler = Scheduler::new(&self.nodes, &nodes, &self.pods);
         for create in &plan.create {
             for pod in &create.pods {
                 let mut pod = pod.clone();
@@ -424,27 +424,31 @@ where
 }
 
 /// A first-fit scheduler for [`World`]: nodes indexed by node pool and name, so placing
-/// 64,000 pods stays linear.
+/// 64,000 pods stays linear. Selectors match the full node; health comes from the lean view
+/// (what the operator sees).
 struct Scheduler<'a> {
-    by_pool: std::collections::HashMap<&'a str, Vec<&'a LeanNode>>,
-    by_name: std::collections::HashMap<&'a str, &'a LeanNode>,
-    all: &'a [Arc<LeanNode>],
+    by_pool: std::collections::HashMap<&'a str, Vec<SchedNode<'a>>>,
+    by_name: std::collections::HashMap<&'a str, SchedNode<'a>>,
+    all: Vec<SchedNode<'a>>,
     used: std::collections::HashSet<String>,
 }
 
+type SchedNode<'a> = (&'a Node, &'a LeanNode);
+
 impl<'a> Scheduler<'a> {
-    fn new(nodes: &'a [Arc<LeanNode>], pods: &[Arc<Pod>]) -> Scheduler<'a> {
-        let mut by_pool: std::collections::HashMap<&str, Vec<&LeanNode>> = Default::default();
+    fn new(nodes: &'a [Arc<Node>], lean: &'a [Arc<LeanNode>], pods: &[Arc<Pod>]) -> Scheduler<'a> {
+        let all: Vec<SchedNode> = nodes
+            .iter()
+            .map(Arc::as_ref)
+            .zip(lean.iter().map(Arc::as_ref))
+            .collect();
+        let mut by_pool: std::collections::HashMap<&str, Vec<SchedNode>> = Default::default();
         let mut by_name = std::collections::HashMap::new();
-        for node in nodes {
-            let labels = node.metadata.labels.as_ref();
-            if let Some(pool) = labels.and_then(|l| l.get(NODE_LABEL_NODEPOOL)) {
-                by_pool.entry(pool.as_str()).or_default().push(node);
+        for &(node, lean) in &all {
+            if let Some(pool) = lean.label(NODE_LABEL_NODEPOOL) {
+                by_pool.entry(pool).or_default().push((node, lean));
             }
-            by_name.insert(
-                node.metadata.name.as_deref().unwrap_or_default(),
-                node.as_ref(),
-            );
+            by_name.insert(lean.name(), (node, lean));
         }
         let used = pods
             .iter()
@@ -453,14 +457,14 @@ impl<'a> Scheduler<'a> {
         Scheduler {
             by_pool,
             by_name,
-            all: nodes,
+            all,
             used,
         }
     }
 
     fn pick(&mut self, pod: &Pod) -> Option<String> {
         let selector = pod.spec.as_ref()?.node_selector.as_ref()?;
-        let candidates: Vec<&LeanNode> = if let Some(pool) = selector.get(NODE_LABEL_NODEPOOL) {
+        let candidates: Vec<SchedNode> = if let Some(pool) = selector.get(NODE_LABEL_NODEPOOL) {
             self.by_pool.get(pool.as_str()).cloned().unwrap_or_default()
         } else if let Some(host) = selector.get("kubernetes.io/hostname") {
             self.by_name
@@ -469,19 +473,17 @@ impl<'a> Scheduler<'a> {
                 .into_iter()
                 .collect()
         } else {
-            self.all.iter().map(Arc::as_ref).collect()
+            self.all.clone()
         };
-        let node = candidates.into_iter().find(|n| {
-            let labels = n.metadata.labels.as_ref();
+        let (_, node) = candidates.into_iter().find(|(full, lean)| {
+            let labels = full.metadata.labels.as_ref();
             selector
                 .iter()
                 .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
-                && crate::inventory::node_health(n) == crate::inventory::NodeHealth::Ready
-                && !self
-                    .used
-                    .contains(n.metadata.name.as_deref().unwrap_or_default())
+                && crate::inventory::node_health(lean) == crate::inventory::NodeHealth::Ready
+                && !self.used.contains(lean.name())
         })?;
-        let name = node.metadata.name.clone().unwrap_or_default();
+        let name = node.name().to_string();
         self.used.insert(name.clone());
         Some(name)
     }

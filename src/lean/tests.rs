@@ -17,7 +17,8 @@ fn served_pod() -> serde_json::Value {
             "generation": 1,
             "creationTimestamp": "2026-11-21T10:00:00Z",
             "deletionTimestamp": "2026-11-21T10:05:00Z",
-            "labels": {"slices.dev/cluster": "demo", "slices.dev/host-index": "0"},
+            "labels": {"slices.dev/cluster": "demo", "slices.dev/host-index": "0",
+                       "app.kubernetes.io/name": "traincluster", "team": "a"},
             "annotations": {"note": "x".repeat(4096)},
             "finalizers": ["example.com/hold"],
             "ownerReferences": [{
@@ -63,7 +64,11 @@ fn pod_keeps_what_the_planner_reads_and_nothing_else() {
     assert_eq!(meta.namespace.as_deref(), Some("team-a"));
     assert_eq!(meta.uid.as_deref(), Some("u-1"));
     assert_eq!(meta.resource_version.as_deref(), Some("42"));
-    assert_eq!(pod.label("slices.dev/cluster"), Some("demo"));
+    assert_eq!(
+        meta.labels.as_ref().unwrap().keys().collect::<Vec<_>>(),
+        ["slices.dev/cluster", "slices.dev/host-index"],
+        "only the operator's own labels are kept"
+    );
     assert_eq!(meta.owner_references.as_ref().unwrap()[0].uid, "tc-1");
     assert!(meta.creation_timestamp.is_some() && meta.deletion_timestamp.is_some());
     assert_eq!(pod.node_name.as_deref(), Some("pool-1-0"));
@@ -115,7 +120,11 @@ fn node_keeps_taints_cordon_readiness_and_chips() {
     let served = json!({
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": "pool-1-0", "uid": "n-1", "resourceVersion": "7",
-                     "labels": {"cloud.google.com/gke-nodepool": "pool-1"},
+                     "labels": {"cloud.google.com/gke-nodepool": "pool-1",
+                                "cloud.google.com/gke-tpu-topology": "4x4",
+                                "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+                                "kubernetes.io/hostname": "pool-1-0",
+                                "node.kubernetes.io/instance-type": "ct6e-standard-4t"},
                      "annotations": {"a": "b"}},
         "spec": {"unschedulable": true, "podCIDR": "10.1.0.0/24", "taints": [
             {"key": "cloud.google.com/impending-node-termination", "effect": "NoSchedule"}]},
@@ -133,6 +142,16 @@ fn node_keeps_taints_cordon_readiness_and_chips() {
     let node: LeanNode = serde_json::from_value(served).unwrap();
     assert_eq!(node.name(), "pool-1-0");
     assert_eq!(node.label("cloud.google.com/gke-nodepool"), Some("pool-1"));
+    assert_eq!(node.label("cloud.google.com/gke-tpu-topology"), Some("4x4"));
+    assert_eq!(
+        node.label("cloud.google.com/gke-tpu-accelerator"),
+        Some("tpu-v6e-slice")
+    );
+    assert_eq!(
+        node.metadata.labels.as_ref().unwrap().len(),
+        3,
+        "labels the operator never reads are dropped"
+    );
     assert_eq!(
         node.taint_keys,
         ["cloud.google.com/impending-node-termination"]
