@@ -7,5 +7,8 @@ RUN cargo build --release --locked --bin slice-operator
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /src/target/release/slice-operator /slice-operator
 USER 65532:65532
+# Two glibc malloc arenas instead of one per thread: about 25 MiB less peak memory at
+# 12,800 pods (BENCHMARKS.md), at no measurable cost in convergence time.
+ENV MALLOC_ARENA_MAX=2
 ENTRYPOINT ["/slice-operator"]
 CMD ["run"]

@@ -127,7 +127,7 @@ async fn run() -> anyhow::Result<()> {
     );
     match converged {
         Some(t) => println!(
-            "  time to converge (all Running, every slice ready): {:.1} s",
+            "  time to converge (all Running, every slice ready): {:.1} s (target: under 60 s)",
             t.as_secs_f64()
         ),
         None => println!("  did not converge within 300 s"),
@@ -141,7 +141,7 @@ async fn run() -> anyhow::Result<()> {
         operator_requests as f64 / CLUSTERS as f64
     );
     println!(
-        "  operator peak memory (VmHWM): {:.1} MiB",
+        "  operator peak memory (VmHWM): {:.1} MiB (target: under 200 MiB)",
         peak_kib as f64 / 1024.0
     );
     println!(
