@@ -130,7 +130,8 @@ inherit_resource!(LeanPod, Pod, NamespaceResourceScope);
 inherit_resource!(LeanNode, Node, ClusterResourceScope);
 
 /// The JSON shapes read from the API server. Fields not named here are skipped by the
-/// parser without being allocated.
+/// parser without being allocated. Every field is optional: one odd object must not fail a
+/// whole list page (and with it the cache).
 mod wire {
     use super::*;
 
@@ -201,8 +202,9 @@ mod wire {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct Condition {
-        #[serde(rename = "type")]
+        #[serde(rename = "type", default)]
         type_: String,
+        #[serde(default)]
         status: String,
         last_transition_time: Option<Time>,
     }
@@ -210,6 +212,7 @@ mod wire {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct ContainerStatus {
+        #[serde(default)]
         name: String,
         restart_count: Option<i32>,
     }
@@ -271,6 +274,7 @@ mod wire {
 
     #[derive(Deserialize)]
     struct Taint {
+        #[serde(default)]
         key: String,
     }
 

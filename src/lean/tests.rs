@@ -191,3 +191,23 @@ fn conversion_from_full_objects_matches_the_wire_path() {
     let direct: LeanPod = serde_json::from_value(served_pod()).unwrap();
     assert_eq!(LeanPod::from(&full), direct);
 }
+
+#[test]
+fn objects_missing_required_fields_still_parse() {
+    // A full `k8s-openapi` Pod would reject these; one such object would fail a list page.
+    let pod: LeanPod = serde_json::from_value(json!({
+        "metadata": {"name": "odd"},
+        "status": {"conditions": [{"type": "Ready"}], "containerStatuses": [{"restartCount": 1}]}
+    }))
+    .unwrap();
+    assert!(!pod.ready);
+    assert_eq!(pod.restarted_container.as_deref(), Some(""));
+    let node: LeanNode = serde_json::from_value(json!({
+        "metadata": {"name": "odd"},
+        "spec": {"taints": [{"effect": "NoSchedule"}]},
+        "status": {"conditions": [{"status": "True"}]}
+    }))
+    .unwrap();
+    assert_eq!(node.taint_keys, [""]);
+    assert_eq!(node.ready, None, "a condition without a type is not Ready");
+}
