@@ -155,7 +155,8 @@ pub async fn run(
     }
     ctx.leader.store(true, Ordering::Relaxed);
 
-    // Narrow watches: only the operator's pods, only TPU nodes. Started only once leading.
+    // Narrow watches: only the operator's pods, only TPU nodes, each read straight into its
+    // lean view (src/lean.rs). Started only once leading.
     let pod_events = pod_writer.subscribe().expect("shared store");
     let node_events = node_writer.subscribe().expect("shared store");
     let pod_watch = watcher(pod_api, watcher::Config::default().labels(LABEL_CLUSTER))
