@@ -522,16 +522,7 @@ async fn pod_binding_and_status_subresources() {
     )
     .await
     .unwrap();
-    assert_eq!(
-        pods.get("b1")
-            .await
-            .unwrap()
-            .status
-            .unwrap()
-            .phase
-            .as_deref(),
-        Some("Pending")
-    );
+    assert_eq!(phase_of(&pods, "b1").await.as_deref(), Some("Pending"));
     pods.patch_status(
         "b1",
         &PatchParams::default(),
@@ -539,16 +530,7 @@ async fn pod_binding_and_status_subresources() {
     )
     .await
     .unwrap();
-    assert_eq!(
-        pods.get("b1")
-            .await
-            .unwrap()
-            .status
-            .unwrap()
-            .phase
-            .as_deref(),
-        Some("Running")
-    );
+    assert_eq!(phase_of(&pods, "b1").await.as_deref(), Some("Running"));
 
     // nodes are cluster-scoped and keep status on create
     let nodes: Api<Node> = Api::all(client);
@@ -1143,4 +1125,8 @@ async fn watch_timeout_ends_stream() {
     .await;
     assert!(ended.is_ok());
     assert!(t.elapsed() >= Duration::from_millis(900));
+}
+
+async fn phase_of(pods: &Api<Pod>, name: &str) -> Option<String> {
+    pods.get(name).await.unwrap().status?.phase
 }

@@ -719,36 +719,44 @@ impl Store {
             return;
         };
         for (key, ns, name) in deps {
-            let Some(info) = self.by_key.get(&key).cloned() else {
+            // Looked up one at a time: deleting one dependent may cascade to the next.
+            let Some((info, obj)) = self.existing(&key, &ns, &name) else {
                 continue;
             };
-            let Ok(obj) = self.get(&info, Some(&ns), &name) else {
-                continue;
-            };
-            let owners = owner_uids(&obj);
-            let alive: Vec<&String> = owners
-                .iter()
-                .filter(|u| self.uids.contains_key(*u))
-                .collect();
-            if alive.is_empty() {
-                let _ = self.delete(&info, Some(&ns), &name, &DeleteOpts::default());
-            } else {
+            let alive = owner_uids(&obj).iter().any(|u| self.uids.contains_key(u));
+            if alive {
                 // Like the real GC: drop the dangling reference, keep the object.
-                let mut o = (*obj).clone();
-                let uids = &self.uids;
-                if let Some(refs) = meta_mut(&mut o)
-                    .get_mut("ownerReferences")
-                    .and_then(Value::as_array_mut)
-                {
-                    refs.retain(|r| {
-                        r.get("uid")
-                            .and_then(Value::as_str)
-                            .is_some_and(|u| uids.contains_key(u))
-                    });
-                }
-                self.put(&info, o, EventType::Modified, Some(obj));
+                self.drop_owner_refs(&info, obj, |store, uid| {
+                    !uid.is_some_and(|u| store.uids.contains_key(u))
+                });
+            } else {
+                let _ = self.delete(&info, Some(&ns), &name, &DeleteOpts::default());
             }
         }
+    }
+
+    /// A dependent (resource key, namespace, name), if it still exists.
+    fn existing(&self, key: &str, ns: &str, name: &str) -> Option<(Arc<ResourceInfo>, Arc<Value>)> {
+        let info = self.by_key.get(key)?.clone();
+        let obj = self.get(&info, Some(ns), name).ok()?;
+        Some((info, obj))
+    }
+
+    /// Store `obj` again without the owner references whose uid `drop` selects.
+    fn drop_owner_refs(
+        &mut self,
+        info: &Arc<ResourceInfo>,
+        obj: Arc<Value>,
+        drop: impl Fn(&Self, Option<&str>) -> bool,
+    ) {
+        let mut o = (*obj).clone();
+        if let Some(refs) = meta_mut(&mut o)
+            .get_mut("ownerReferences")
+            .and_then(Value::as_array_mut)
+        {
+            refs.retain(|r| !drop(self, r.get("uid").and_then(Value::as_str)));
+        }
+        self.put(info, o, EventType::Modified, Some(obj));
     }
 
     /// Create an object.
@@ -1183,26 +1191,14 @@ impl Store {
     }
 
     fn orphan_dependents(&mut self, owner_uid: &str) {
-        let Some(deps) = self.dependents.get(owner_uid).cloned() else {
+        let Some(deps) = self.dependents.remove(owner_uid) else {
             return;
         };
         for (key, ns, name) in deps {
-            let Some(info) = self.by_key.get(&key).cloned() else {
-                continue;
-            };
-            let Ok(obj) = self.get(&info, Some(&ns), &name) else {
-                continue;
-            };
-            let mut o = (*obj).clone();
-            if let Some(refs) = meta_mut(&mut o)
-                .get_mut("ownerReferences")
-                .and_then(Value::as_array_mut)
-            {
-                refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(owner_uid));
+            if let Some((info, obj)) = self.existing(&key, &ns, &name) {
+                self.drop_owner_refs(&info, obj, |_, uid| uid == Some(owner_uid));
             }
-            self.put(&info, o, EventType::Modified, Some(obj));
         }
-        self.dependents.remove(owner_uid);
     }
 
     fn delete_namespace_contents(&mut self, ns: &str) {

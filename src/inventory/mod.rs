@@ -206,21 +206,14 @@ impl Inventory {
                 if is_terminal(pod) {
                     return None;
                 }
-                let labels = pod.metadata.labels.as_ref();
                 let bound = pod
                     .node_name
                     .as_deref()
                     .and_then(|n| node_states.get(n))
                     .map(|n| n.slice);
-                let index = bound.or_else(|| {
-                    labels
-                        .and_then(|l| l.get(LABEL_SLICE))
-                        .and_then(|id| by_id.get(id.as_str()).copied())
-                })?;
-                let key = labels
-                    .and_then(|l| l.get(LABEL_GROUP_KEY))
-                    .map(String::as_str);
-                Some((index, key, pod.as_ref()))
+                let index = bound
+                    .or_else(|| pod.label(LABEL_SLICE).and_then(|id| by_id.get(id).copied()))?;
+                Some((index, pod.label(LABEL_GROUP_KEY), pod.as_ref()))
             })
             .collect();
         for (index, key, pod) in claims {
@@ -361,9 +354,11 @@ struct NodeObservation {
 
 fn observe_node(node: &LeanNode) -> Option<NodeObservation> {
     let name = node.metadata.name.clone()?;
-    let labels = node.metadata.labels.as_ref()?;
-    let accelerator = labels.get(NODE_LABEL_ACCELERATOR)?.clone();
-    let topology = labels.get(NODE_LABEL_TOPOLOGY).cloned().unwrap_or_default();
+    let accelerator = node.label(NODE_LABEL_ACCELERATOR)?.to_string();
+    let topology = node
+        .label(NODE_LABEL_TOPOLOGY)
+        .unwrap_or_default()
+        .to_string();
     let chips = node.tpu_chips;
     let topo_chips = Topology::parse(&topology).map(|t| t.chips()).ok();
     let (hosts_expected, mut label_problem) = match topo_chips {
@@ -384,8 +379,8 @@ fn observe_node(node: &LeanNode) -> Option<NodeObservation> {
     let slice_id = if single_host {
         name.clone()
     } else {
-        match labels.get(NODE_LABEL_NODEPOOL) {
-            Some(pool) => pool.clone(),
+        match node.label(NODE_LABEL_NODEPOOL) {
+            Some(pool) => pool.to_string(),
             None => {
                 label_problem.get_or_insert_with(|| {
                     format!("multi-host node {name} has no {NODE_LABEL_NODEPOOL} label")
@@ -441,15 +436,14 @@ pub fn node_health(node: &LeanNode) -> NodeHealth {
 }
 
 fn holder_of(pod: &LeanPod) -> Option<Holder> {
-    let labels = pod.metadata.labels.as_ref()?;
-    if labels.get(LABEL_ROLE).map(String::as_str) != Some(ROLE_WORKER) {
+    if pod.label(LABEL_ROLE) != Some(ROLE_WORKER) {
         return None;
     }
     Some(Holder {
         namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-        cluster: labels.get(LABEL_CLUSTER)?.clone(),
-        group: labels.get(LABEL_GROUP)?.clone(),
-        replica: labels.get(LABEL_REPLICA_INDEX)?.parse().ok()?,
+        cluster: pod.label(LABEL_CLUSTER)?.to_string(),
+        group: pod.label(LABEL_GROUP)?.to_string(),
+        replica: pod.label(LABEL_REPLICA_INDEX)?.parse().ok()?,
     })
 }
 

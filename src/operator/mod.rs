@@ -16,13 +16,13 @@ use std::sync::atomic::Ordering;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
+use kube::Client;
 use kube::api::Api;
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, ResourceExt};
 use tokio::sync::oneshot;
 
 use crate::api::TrainCluster;
@@ -176,9 +176,10 @@ pub async fn run(
     let trainclusters = controller.store();
     let node_to_clusters = move |node: Arc<LeanNode>| {
         // A node change matters to every TrainCluster with a group of its slice shape.
-        let labels = node.labels();
-        let accelerator = labels.get(NODE_LABEL_ACCELERATOR).cloned();
-        let topology = labels.get(NODE_LABEL_TOPOLOGY).cloned();
+        let (accelerator, topology) = (
+            node.label(NODE_LABEL_ACCELERATOR),
+            node.label(NODE_LABEL_TOPOLOGY),
+        );
         trainclusters
             .state()
             .into_iter()
@@ -186,8 +187,8 @@ pub async fn run(
                 let Ok(tc) = &guard.0 else { return false };
                 tc.spec.worker_groups.iter().any(|g| {
                     g.tpu.as_ref().is_some_and(|t| {
-                        Some(&t.accelerator) == accelerator.as_ref()
-                            && Some(&t.topology) == topology.as_ref()
+                        Some(t.accelerator.as_str()) == accelerator
+                            && Some(t.topology.as_str()) == topology
                     })
                 })
             })

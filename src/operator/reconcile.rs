@@ -159,7 +159,7 @@ async fn reconcile_inner(tc: &TrainCluster, ctx: &Context, namespace: &str) -> R
         .state()
         .into_iter()
         .filter(|p| p.metadata.namespace.as_deref() == Some(namespace))
-        .filter(|p| p.labels().get(LABEL_CLUSTER) == Some(&name))
+        .filter(|p| p.label(LABEL_CLUSTER) == Some(name.as_str()))
         .collect();
 
     // Until the caches show our last writes, a plan would be made from stale observations.

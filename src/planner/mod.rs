@@ -720,13 +720,13 @@ impl<'a> Planner<'a> {
         let mut present = false;
         for pod in head_pods {
             let failed = crate::inventory::is_terminal(pod);
-            let stray = observe::name(pod) != render::head_pod_name(cluster);
+            let stray = pod.name() != render::head_pod_name(cluster);
             if !wanted || failed || stray {
                 let reason = if !wanted {
                     DeleteReason::Suspended
                 } else if failed {
                     DeleteReason::MemberFailed {
-                        pod: observe::name(pod),
+                        pod: pod.name().to_string(),
                     }
                 } else {
                     DeleteReason::BadReplicaIndex
@@ -783,7 +783,7 @@ fn live_refs(pods: &[&LeanPod]) -> Vec<PodRef> {
     pods.iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .map(|p| PodRef {
-            name: observe::name(p),
+            name: p.name().to_string(),
             uid: p.metadata.uid.clone(),
         })
         .collect()

@@ -199,7 +199,7 @@ fn verdict(
                 };
                 if let Some(why) = lost {
                     return Verdict::Broken(DeleteReason::NodeLost {
-                        pod: name(facts[0].pod),
+                        pod: facts[0].pod.name().to_string(),
                         detail: why,
                     });
                 }
@@ -211,7 +211,7 @@ fn verdict(
                         && let Some(why) = inventory.node_lost(node, now, grace)
                     {
                         return Verdict::Broken(DeleteReason::NodeLost {
-                            pod: name(f.pod),
+                            pod: f.pod.name().to_string(),
                             detail: why,
                         });
                     }
@@ -220,21 +220,27 @@ fn verdict(
         }
     }
     if let Some(f) = facts.iter().find(|f| terminating(f.pod)) {
-        return Verdict::Broken(DeleteReason::MemberDeleted { pod: name(f.pod) });
+        return Verdict::Broken(DeleteReason::MemberDeleted {
+            pod: f.pod.name().to_string(),
+        });
     }
     for f in facts {
         match f.pod.phase.as_deref() {
             Some("Failed") => {
-                return Verdict::Broken(DeleteReason::MemberFailed { pod: name(f.pod) });
+                return Verdict::Broken(DeleteReason::MemberFailed {
+                    pod: f.pod.name().to_string(),
+                });
             }
             Some("Succeeded") => {
-                return Verdict::Broken(DeleteReason::MemberExited { pod: name(f.pod) });
+                return Verdict::Broken(DeleteReason::MemberExited {
+                    pod: f.pod.name().to_string(),
+                });
             }
             _ => {}
         }
         if let Some(container) = &f.pod.restarted_container {
             return Verdict::Broken(DeleteReason::ContainerRestarted {
-                pod: name(f.pod),
+                pod: f.pod.name().to_string(),
                 container: container.clone(),
             });
         }
@@ -247,7 +253,11 @@ fn verdict(
                     return Verdict::Broken(DeleteReason::DuplicateHostIndex { host: h as u32 });
                 }
             }
-            _ => return Verdict::Broken(DeleteReason::BadHostIndex { pod: name(f.pod) }),
+            _ => {
+                return Verdict::Broken(DeleteReason::BadHostIndex {
+                    pod: f.pod.name().to_string(),
+                });
+            }
         }
     }
     if facts.len() < hosts as usize {
@@ -271,14 +281,6 @@ fn verdict(
         return Verdict::Broken(DeleteReason::MixedEpochs);
     }
     Verdict::Healthy
-}
-
-pub fn label_u64(pod: &LeanPod, key: &str) -> Option<u64> {
-    pod.metadata.labels.as_ref()?.get(key)?.parse().ok()
-}
-
-pub fn name(pod: &LeanPod) -> String {
-    pod.metadata.name.clone().unwrap_or_default()
 }
 
 pub fn is_running_and_ready(pod: &LeanPod) -> bool {

@@ -74,27 +74,20 @@ pub(super) fn cluster_status(
             )
         })
         .collect();
-    if short.is_empty() {
-        set_condition(
-            &mut status,
-            CONDITION_SLICES_AVAILABLE,
-            true,
-            "EnoughSlices",
-            "",
-            generation,
-            now,
-        );
-    } else {
-        set_condition(
-            &mut status,
-            CONDITION_SLICES_AVAILABLE,
-            false,
-            "NotEnoughSlices",
-            &short.join("; "),
-            generation,
-            now,
-        );
-    }
+    let enough = short.is_empty();
+    set_condition(
+        &mut status,
+        CONDITION_SLICES_AVAILABLE,
+        enough,
+        if enough {
+            "EnoughSlices"
+        } else {
+            "NotEnoughSlices"
+        },
+        &short.join("; "),
+        generation,
+        now,
+    );
     let (ready, reason, message) = match status.phase {
         Phase::Running => (
             true,
@@ -119,27 +112,20 @@ pub(super) fn cluster_status(
         generation,
         now,
     );
-    if exhausted.is_empty() {
-        set_condition(
-            &mut status,
-            CONDITION_FAILED,
-            false,
-            "WithinBudget",
-            "",
-            generation,
-            now,
-        );
-    } else {
-        set_condition(
-            &mut status,
-            CONDITION_FAILED,
-            true,
-            "RestartBudgetExhausted",
-            &exhausted.join("; "),
-            generation,
-            now,
-        );
-    }
+    let failed = !exhausted.is_empty();
+    set_condition(
+        &mut status,
+        CONDITION_FAILED,
+        failed,
+        if failed {
+            "RestartBudgetExhausted"
+        } else {
+            "WithinBudget"
+        },
+        &exhausted.join("; "),
+        generation,
+        now,
+    );
     status
 }
 

@@ -838,27 +838,37 @@ mod tests {
         assert!(k.plan(&[elsewhere], &nodes(), Instant::now()).is_empty());
     }
 
-    #[tokio::test]
-    async fn binding_request_shape() {
+    /// A client whose API server takes exactly one request, hands its method, path and JSON
+    /// body to `check`, and answers with a Success status.
+    fn one_request_client(
+        check: impl FnOnce(http::Method, String, serde_json::Value) + Send + 'static,
+    ) -> (kube::Client, tokio::task::JoinHandle<()>) {
         let (svc, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
-        let client = kube::Client::new(svc, "default");
         let server = tokio::spawn(async move {
             let (req, send) = handle.next_request().await.expect("request");
-            assert_eq!(req.method(), http::Method::POST);
-            assert_eq!(req.uri().path(), "/api/v1/namespaces/ns/pods/NAME/binding");
+            let (method, path) = (req.method().clone(), req.uri().path().to_string());
             let body = req.into_body().collect_bytes().await.unwrap();
-            let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
-            assert_eq!(v["kind"], "Binding");
-            assert_eq!(v["apiVersion"], "v1");
-            assert_eq!(v["metadata"]["name"], "NAME");
-            assert_eq!(v["target"]["kind"], "Node");
-            assert_eq!(v["target"]["name"], "pool-0-1");
+            check(method, path, serde_json::from_slice(&body).unwrap());
             let status = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "metadata": {}});
             send.send_response(
                 Response::builder()
                     .body(Body::from(serde_json::to_vec(&status).unwrap()))
                     .unwrap(),
             );
+        });
+        (kube::Client::new(svc, "default"), server)
+    }
+
+    #[tokio::test]
+    async fn binding_request_shape() {
+        let (client, server) = one_request_client(|method, path, v| {
+            assert_eq!(method, http::Method::POST);
+            assert_eq!(path, "/api/v1/namespaces/ns/pods/NAME/binding");
+            assert_eq!(v["kind"], "Binding");
+            assert_eq!(v["apiVersion"], "v1");
+            assert_eq!(v["metadata"]["name"], "NAME");
+            assert_eq!(v["target"]["kind"], "Node");
+            assert_eq!(v["target"]["name"], "pool-0-1");
         });
         bind_pod(&client, "ns", "NAME", "uid-1", "pool-0-1")
             .await
@@ -868,22 +878,11 @@ mod tests {
 
     #[tokio::test]
     async fn force_delete_request_shape() {
-        let (svc, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
-        let client = kube::Client::new(svc, "default");
-        let server = tokio::spawn(async move {
-            let (req, send) = handle.next_request().await.expect("request");
-            assert_eq!(req.method(), http::Method::DELETE);
-            assert_eq!(req.uri().path(), "/api/v1/namespaces/ns/pods/p");
-            let body = req.into_body().collect_bytes().await.unwrap();
-            let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let (client, server) = one_request_client(|method, path, v| {
+            assert_eq!(method, http::Method::DELETE);
+            assert_eq!(path, "/api/v1/namespaces/ns/pods/p");
             assert_eq!(v["gracePeriodSeconds"], 0);
             assert_eq!(v["preconditions"]["uid"], "u");
-            let status = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "metadata": {}});
-            send.send_response(
-                Response::builder()
-                    .body(Body::from(serde_json::to_vec(&status).unwrap()))
-                    .unwrap(),
-            );
         });
         force_delete_pod(&client, "ns", "p", "u").await.unwrap();
         server.await.unwrap();
