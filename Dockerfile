@@ -2,7 +2,8 @@
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked --bin slice-operator
+# Without the default `sim` feature: the image carries no emulator and no simulator.
+RUN cargo build --release --locked -p slice-operator --no-default-features
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /src/target/release/slice-operator /slice-operator

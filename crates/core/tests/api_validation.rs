@@ -1,0 +1,246 @@
+//! The TrainCluster API: the committed CRD matches the Rust types, the CRD's CEL rules reject
+//! what they should (evaluated with kube's CEL evaluator), and operator-side validation names
+//! the field and the fix.
+
+use kube::CustomResourceExt;
+use kube::core::cel::Validator;
+use serde_json::{Value, json};
+use slice_core::api::Membership;
+use slice_core::api::{TrainCluster, validate};
+use slice_core::testing::*;
+
+fn schema() -> Value {
+    let crd = TrainCluster::crd();
+    serde_json::to_value(
+        crd.spec.versions[0]
+            .schema
+            .as_ref()
+            .unwrap()
+            .open_api_v3_schema
+            .as_ref()
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+fn manifest() -> Value {
+    serde_json::to_value(train_cluster(Membership::Multislice, 1, 2)).unwrap()
+}
+
+fn cel_errors(object: &Value) -> Vec<String> {
+    match Validator::new().validate(&schema(), object, None) {
+        Ok(()) => Vec::new(),
+        Err(errors) => errors.to_string().lines().map(str::to_string).collect(),
+    }
+}
+
+#[test]
+fn committed_crd_matches_the_rust_types() {
+    let generated = serde_yaml::to_string(&TrainCluster::crd()).unwrap();
+    let committed = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../crds/trainclusters.slices.dev.yaml"
+    ))
+    .unwrap();
+    assert!(
+        generated == committed,
+        "crds/trainclusters.slices.dev.yaml is stale: run `make crd`"
+    );
+}
+
+#[test]
+fn crd_has_short_name_status_and_printer_columns() {
+    let crd = TrainCluster::crd();
+    assert_eq!(
+        crd.spec.names.short_names.as_deref(),
+        Some(&["tc".to_string()][..])
+    );
+    let version = &crd.spec.versions[0];
+    assert!(version.subresources.as_ref().unwrap().status.is_some());
+    let columns: Vec<_> = version
+        .additional_printer_columns
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(
+        columns,
+        ["Desired", "Ready", "Available", "Phase", "Restarts", "Age"]
+    );
+}
+
+#[test]
+fn a_valid_manifest_passes_every_cel_rule() {
+    assert_eq!(cel_errors(&manifest()), Vec::<String>::new());
+}
+
+#[test]
+fn cel_rejects_min_above_max() {
+    let mut m = manifest();
+    m["spec"]["workerGroups"][0]["slices"] = json!({"min": 3, "max": 2});
+    let errors = cel_errors(&m);
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("slices.min must not exceed slices.max")),
+        "{errors:?}"
+    );
+}
+
+#[test]
+fn cel_rejects_duplicate_group_names() {
+    let mut m = manifest();
+    let group = m["spec"]["workerGroups"][0].clone();
+    m["spec"]["workerGroups"]
+        .as_array_mut()
+        .unwrap()
+        .push(group);
+    let errors = cel_errors(&m);
+    assert!(
+        errors.iter().any(|e| e.contains("must be unique")),
+        "{errors:?}"
+    );
+}
+
+#[test]
+fn cel_rejects_names_too_long_for_pod_hostnames() {
+    let mut m = manifest();
+    m["metadata"]["name"] = json!("a".repeat(30));
+    m["spec"]["workerGroups"][0]["name"] = json!("b".repeat(23));
+    let errors = cel_errors(&m);
+    assert!(
+        errors.iter().any(|e| e.contains("fits in 63 characters")),
+        "{errors:?}"
+    );
+    m["spec"]["workerGroups"][0]["name"] = json!("b".repeat(22));
+    assert_eq!(
+        cel_errors(&m),
+        Vec::<String>::new(),
+        "52 characters together is fine"
+    );
+}
+
+#[test]
+fn cel_rejects_tpu_and_hosts_per_group_together_and_unknown_accelerators() {
+    let mut m = manifest();
+    m["spec"]["workerGroups"][0]["hostsPerGroup"] = json!(2);
+    let errors = cel_errors(&m);
+    assert!(
+        errors.iter().any(|e| e.contains("set exactly one of tpu")),
+        "{errors:?}"
+    );
+    let mut m = manifest();
+    m["spec"]["workerGroups"][0]["tpu"]["accelerator"] = json!("tpu-v9");
+    let errors = cel_errors(&m);
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("tpu.accelerator must be one of")),
+        "{errors:?}"
+    );
+}
+
+#[test]
+fn schema_constrains_group_names_and_topologies() {
+    let s = schema();
+    let group = &s["properties"]["spec"]["properties"]["workerGroups"]["items"]["properties"];
+    assert_eq!(group["name"]["pattern"], "^[a-z]([-a-z0-9]*[a-z0-9])?$");
+    assert_eq!(
+        group["tpu"]["properties"]["topology"]["pattern"],
+        "^[1-9][0-9]*x[1-9][0-9]*(x[1-9][0-9]*)?$"
+    );
+    assert_eq!(
+        s["properties"]["spec"]["properties"]["workerGroups"]["minItems"],
+        1
+    );
+}
+
+fn errors_of(tc: &TrainCluster) -> Vec<String> {
+    match validate::resolve(tc) {
+        Ok(_) => Vec::new(),
+        Err(errors) => errors.iter().map(ToString::to_string).collect(),
+    }
+}
+
+#[test]
+fn operator_validation_names_the_field_and_the_fix() {
+    let base = || train_cluster(Membership::Multislice, 1, 2);
+
+    let mut tc = base();
+    tc.spec.worker_groups[0].tpu.as_mut().unwrap().topology = "2x2x4".into();
+    let e = errors_of(&tc);
+    assert!(
+        e[0].starts_with("spec.workerGroups[0].tpu:") && e[0].contains("use 2 (e.g. 4x4)"),
+        "{e:?}"
+    );
+
+    let mut tc = base();
+    tc.spec.worker_groups[0]
+        .tpu
+        .as_mut()
+        .unwrap()
+        .chips_per_host = Some(8);
+    let e = errors_of(&tc);
+    assert!(
+        e[0].starts_with("spec.workerGroups[0].tpu.chipsPerHost:")
+            && e[0].contains("make them equal"),
+        "{e:?}"
+    );
+
+    let mut tc = base();
+    tc.spec.worker_groups[0] = tpu_group("workers", "tpu-v6e-slice", "1x1", 4, 1, 1);
+    let e = errors_of(&tc);
+    assert!(e[0].contains("not a whole number of 4-chip hosts"), "{e:?}");
+
+    let mut tc = base();
+    tc.spec.elastic.allowed_slice_counts = vec![4, 8];
+    let e = errors_of(&tc);
+    assert!(
+        e[0].starts_with("spec.elastic.allowedSliceCounts:")
+            && e[0].contains("add a count in that range"),
+        "{e:?}"
+    );
+
+    let mut tc = base();
+    tc.spec.worker_groups[0].slices.min = 5;
+    let e = errors_of(&tc);
+    assert!(
+        e[0].starts_with("spec.workerGroups[0].slices.min:")
+            && e[0].contains("lower min or raise max"),
+        "{e:?}"
+    );
+
+    let mut tc = base();
+    tc.spec
+        .worker_groups
+        .push(tpu_group("workers", "tpu-v6e-slice", "4x4", 4, 1, 1));
+    let e = errors_of(&tc);
+    assert!(
+        e.iter()
+            .any(|e| e.starts_with("spec.workerGroups[1].name:") && e.contains("unique")),
+        "{e:?}"
+    );
+
+    let mut tc = base();
+    tc.spec.worker_groups[0]
+        .template
+        .spec
+        .as_mut()
+        .unwrap()
+        .containers
+        .clear();
+    let e = errors_of(&tc);
+    assert!(
+        e.iter()
+            .any(|e| e.starts_with("spec.workerGroups[0].template.spec.containers:")),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let mut tc = train_cluster(Membership::Multislice, 3, 2);
+    tc.spec.worker_groups[0].tpu.as_mut().unwrap().accelerator = "tpu-v9".into();
+    assert_eq!(errors_of(&tc).len(), 2);
+}

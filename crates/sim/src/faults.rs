@@ -1,0 +1,225 @@
+//! Scripted faults on pods, written the way the kubelet (or a user) would.
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
+use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams};
+use serde_json::json;
+
+use super::{SimError, now_rfc3339};
+
+/// Status patch of a container crash that the kubelet already restarted: `restartCount + 1`,
+/// `lastState.terminated` with `exit_code`, state running again. `container` defaults to the
+/// first container.
+pub fn crash_status_patch(
+    pod: &Pod,
+    container: Option<&str>,
+    exit_code: i32,
+) -> Result<serde_json::Value, SimError> {
+    let pod_name = pod.metadata.name.clone().unwrap_or_default();
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let mut statuses = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.clone())
+        .unwrap_or_default();
+    if statuses.is_empty() {
+        return Err(SimError::Invalid(format!(
+            "pod {pod_name} has no container statuses (not running)"
+        )));
+    }
+    let idx = match container {
+        None => 0,
+        Some(c) => statuses
+            .iter()
+            .position(|s| s.name == c)
+            .ok_or_else(|| SimError::NotFound(format!("container {c} in pod {pod_name}")))?,
+    };
+    let now = now_rfc3339();
+    let mut out = Vec::new();
+    for (i, s) in statuses.drain(..).enumerate() {
+        let mut v = serde_json::to_value(&s)?;
+        if i == idx {
+            let started = v
+                .pointer("/state/running/startedAt")
+                .cloned()
+                .unwrap_or_else(|| json!(now));
+            let restarts = s.restart_count + 1;
+            v["restartCount"] = json!(restarts);
+            v["lastState"] = json!({"terminated": {
+                "exitCode": exit_code,
+                "reason": "Error",
+                "startedAt": started,
+                "finishedAt": now,
+                "containerID": format!("sim://{uid}/{}/{}", s.name, restarts - 1),
+            }});
+            v["state"] = json!({"running": {"startedAt": now}});
+            v["containerID"] = json!(format!("sim://{uid}/{}/{restarts}", s.name));
+            v["ready"] = json!(true);
+            v["started"] = json!(true);
+        }
+        out.push(v);
+    }
+    Ok(json!({"status": {"containerStatuses": out}}))
+}
+
+/// Status patch of a failed pod: phase Failed, every container terminated with `exit_code`.
+pub fn fail_status_patch(pod: &Pod, exit_code: i32) -> serde_json::Value {
+    let now = now_rfc3339();
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let names: Vec<(String, String, i32)> = match pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+    {
+        Some(cs) if !cs.is_empty() => cs
+            .iter()
+            .map(|c| (c.name.clone(), c.image.clone(), c.restart_count))
+            .collect(),
+        _ => pod
+            .spec
+            .as_ref()
+            .map(|s| {
+                s.containers
+                    .iter()
+                    .map(|c| (c.name.clone(), c.image.clone().unwrap_or_default(), 0))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    };
+    let statuses: Vec<serde_json::Value> = names
+        .into_iter()
+        .map(|(name, image, restarts)| {
+            json!({
+                "name": name,
+                "image": image,
+                "imageID": "",
+                "containerID": format!("sim://{uid}/{name}"),
+                "ready": false,
+                "started": false,
+                "restartCount": restarts,
+                "state": {"terminated": {"exitCode": exit_code, "reason": "Error", "finishedAt": now}},
+            })
+        })
+        .collect();
+    let mut conditions: Vec<serde_json::Value> = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| c.type_ != "Ready" && c.type_ != "ContainersReady")
+        .filter_map(|c| serde_json::to_value(c).ok())
+        .collect();
+    for t in ["Ready", "ContainersReady"] {
+        conditions.push(
+            json!({"type": t, "status": "False", "reason": "PodFailed", "lastTransitionTime": now}),
+        );
+    }
+    json!({"status": {
+        "phase": "Failed",
+        "reason": "Error",
+        "message": format!("container exited with code {exit_code} (simulated)"),
+        "conditions": conditions,
+        "containerStatuses": statuses,
+    }})
+}
+
+/// Crashes a container of a running pod (see [`crash_status_patch`]).
+pub async fn crash_container(
+    client: &Client,
+    namespace: &str,
+    pod: &str,
+    container: Option<&str>,
+    exit_code: i32,
+) -> Result<(), SimError> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let p = api.get(pod).await?;
+    let patch = crash_status_patch(&p, container, exit_code)?;
+    api.patch_status(pod, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// Fails a pod (see [`fail_status_patch`]).
+pub async fn fail_pod(
+    client: &Client,
+    namespace: &str,
+    pod: &str,
+    exit_code: i32,
+) -> Result<(), SimError> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let p = api.get(pod).await?;
+    let patch = fail_status_patch(&p, exit_code);
+    api.patch_status(pod, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// Deletes a pod (with a grace period when given; the fake kubelet then finishes it).
+pub async fn delete_pod(
+    client: &Client,
+    namespace: &str,
+    pod: &str,
+    grace_period_seconds: Option<u32>,
+) -> Result<(), SimError> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let mut dp = DeleteParams::default();
+    if let Some(g) = grace_period_seconds {
+        dp = dp.grace_period(g);
+    }
+    api.delete(pod, &dp).await?;
+    Ok(())
+}
+
+/// Evicts a pod through the eviction subresource.
+pub async fn evict_pod(client: &Client, namespace: &str, pod: &str) -> Result<(), SimError> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    api.evict(pod, &EvictParams::default()).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kubelet::running_status_patch;
+    use crate::sched::tests::tpu_pod;
+
+    fn running() -> Pod {
+        let mut p = tpu_pod("a", 4);
+        let patch = running_status_patch(&p, None);
+        p.status = serde_json::from_value(patch["status"].clone()).unwrap();
+        p
+    }
+
+    #[test]
+    fn crash_increments_restart_count() {
+        let p = running();
+        let patch = crash_status_patch(&p, Some("trainer"), 137).unwrap();
+        let c = &patch["status"]["containerStatuses"][0];
+        assert_eq!(c["restartCount"], 1);
+        assert_eq!(c["lastState"]["terminated"]["exitCode"], 137);
+        assert!(c["state"]["running"].is_object());
+        assert!(crash_status_patch(&p, Some("nope"), 1).is_err());
+        assert!(crash_status_patch(&tpu_pod("b", 4), None, 1).is_err());
+    }
+
+    #[test]
+    fn fail_sets_phase_and_exit_code() {
+        let patch = fail_status_patch(&running(), 1);
+        assert_eq!(patch["status"]["phase"], "Failed");
+        let c = &patch["status"]["containerStatuses"][0];
+        assert_eq!(c["state"]["terminated"]["exitCode"], 1);
+        assert_eq!(c["ready"], false);
+        let conds = patch["status"]["conditions"].as_array().unwrap();
+        assert!(
+            conds
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "False")
+        );
+        assert!(
+            conds
+                .iter()
+                .any(|c| c["type"] == "PodScheduled" && c["status"] == "True")
+        );
+    }
+}

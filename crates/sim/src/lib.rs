@@ -1,0 +1,83 @@
+#![forbid(unsafe_code)]
+//! Simulator: fake GKE TPU node pools, a fake kubelet + scheduler, scripted faults and
+//! scenario files. Everything goes through a [`kube::Client`], so it works against the
+//! in-process emulator or a real API server that has no TPU nodes (e.g. kind).
+//!
+//! * [`nodes`]: node pools (create, preempt in GKE's order, restore, NotReady, cordon).
+//! * [`sched`]: pure fit and placement logic of the fake scheduler.
+//! * [`kubelet`]: [`FakeKubelet`], the scheduler + kubelet loop.
+//! * [`faults`]: crash a container, fail a pod, delete or evict a pod.
+//! * [`scenario`]: the YAML scenario format and [`run_timeline`].
+//!
+//! Not simulated: pod (anti-)affinity and topology spread (a group-key preference stands in),
+//! cpu/memory/pods capacity, images, probes, container processes and logs, init containers'
+//! execution, volumes, networking (pod IPs are fake), graceful termination (pods marked for
+//! deletion are removed at once with grace period 0), PodDisruptionBudgets, the
+//! `google.com/tpu` node taint GKE puts on TPU pools.
+
+pub mod faults;
+pub mod kubelet;
+pub mod nodes;
+pub mod scenario;
+pub mod sched;
+pub mod simulate;
+
+use std::future::Future;
+
+use kube::Client;
+
+pub use faults::{crash_container, delete_pod, evict_pod, fail_pod};
+pub use kubelet::{FakeKubelet, KubeletEvent, KubeletOptions};
+pub use nodes::{
+    NodePoolSpec, PreemptionPhase, PreemptionTiming, add_pool, add_pools, cordon_node,
+    delete_sim_nodes, preempt_pool, restore_pool, set_node_ready,
+};
+pub use scenario::{
+    Scenario, StepReport, StepStatus, TimelineOptions, run_scenario, run_timeline, setup_scenario,
+};
+
+/// Errors of the simulator.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("kube: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("json: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("yaml: {0}")]
+    Yaml(#[from] serde_yaml::Error),
+    #[error("invalid: {0}")]
+    Invalid(String),
+    #[error("not found: {0}")]
+    NotFound(String),
+    #[error("timed out: {0}")]
+    Timeout(String),
+}
+
+/// Now, as an RFC 3339 timestamp with whole seconds (the Kubernetes `Time` format).
+pub fn now_rfc3339() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+/// `slice-operator fake-kubelet`: creates the pools that are missing, then runs a fake
+/// kubelet limited to the simulator's nodes (label [`nodes::SIM_NODE_LABEL`]) until
+/// `shutdown` resolves.
+pub async fn run_fake_kubelet_mode(
+    client: Client,
+    pools: Vec<NodePoolSpec>,
+    options: KubeletOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), SimError> {
+    add_pools(&client, &pools).await?;
+    let options = KubeletOptions {
+        node_selector: options
+            .node_selector
+            .or_else(|| Some(nodes::SIM_NODE_SELECTOR.to_string())),
+        ..options
+    };
+    let kubelet = FakeKubelet::run(client, options);
+    shutdown.await;
+    kubelet.stop().await;
+    Ok(())
+}

@@ -1,0 +1,202 @@
+//! Load scenario: 100 TrainClusters x 8 slices x 16 hosts (12,800 pods on 12,800 nodes)
+//! against the in-process API emulator, with the operator running as its own process (the
+//! release binary) so its peak memory can be read from /proc. Prints time to converge, API
+//! requests per cluster and the operator's peak RSS. Run with `make bench-e2e`.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kube::CustomResourceExt;
+use kube::api::{Api, PostParams};
+use slice_core::api::{Membership, Phase, TrainCluster};
+use slice_emulator::{Emulator, EmulatorOptions};
+use slice_sim::{FakeKubelet, KubeletOptions, NodePoolSpec};
+
+const CLUSTERS: usize = 100;
+const SLICES: u32 = 8;
+const HOSTS: u32 = 16; // v6e 8x8 with 4 chips per host
+const METRICS_ADDR: &str = "127.0.0.1:18089";
+
+fn main() -> anyhow::Result<()> {
+    // `cargo bench` passes --bench; any other argument is ignored.
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(run())
+}
+
+async fn run() -> anyhow::Result<()> {
+    let binary = std::env::var("SLICE_OPERATOR_BIN").unwrap_or_else(|_| {
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../target/release/slice-operator"
+        )
+        .into()
+    });
+    anyhow::ensure!(
+        std::path::Path::new(&binary).exists(),
+        "{binary} missing: run `cargo build --release` first (make bench-e2e does)"
+    );
+    let emulator = Emulator::start(EmulatorOptions {
+        request_log_limit: 400_000,
+        request_body_limit: 256,
+        ..Default::default()
+    })
+    .await?;
+    emulator
+        .install_crd(&TrainCluster::crd())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let pools = CLUSTERS as u32 * SLICES;
+    for p in 0..pools {
+        let spec = NodePoolSpec::new(&format!("p{p:04}"), "tpu-v6e-slice", "8x8");
+        for h in 0..HOSTS {
+            let node = slice_sim::nodes::build_node(&spec, h)?;
+            emulator
+                .create_object("v1", "nodes", None, serde_json::to_value(node)?)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+    }
+    let kubeconfig = std::env::temp_dir().join(format!(
+        "slice-operator-bench-{}.kubeconfig",
+        std::process::id()
+    ));
+    emulator.write_kubeconfig(&kubeconfig)?;
+    let client = emulator.client();
+    let kubelet = FakeKubelet::run(
+        client.clone(),
+        KubeletOptions {
+            resync: Duration::from_secs(2),
+            ..Default::default()
+        },
+    );
+
+    let mut operator = Command::new(&binary)
+        .args(["run", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .args(["--metrics-addr", METRICS_ADDR, "--concurrency", "16"])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mark = emulator.requests().mark();
+
+    let started = Instant::now();
+    let api: Api<TrainCluster> = Api::namespaced(client.clone(), "default");
+    for c in 0..CLUSTERS {
+        let mut tc = slice_core::testing::train_cluster(Membership::Multislice, SLICES, SLICES);
+        tc.spec.worker_groups[0] =
+            slice_core::testing::tpu_group("w", "tpu-v6e-slice", "8x8", 4, SLICES, SLICES);
+        tc.metadata = kube::api::ObjectMeta {
+            name: Some(format!("lc-{c:03}")),
+            namespace: Some("default".into()),
+            ..Default::default()
+        };
+        api.create(&PostParams::default(), &tc).await?;
+    }
+    let converged = loop {
+        let list = api.list(&Default::default()).await?.items;
+        let running = list
+            .iter()
+            .filter(|tc| {
+                tc.status
+                    .as_ref()
+                    .is_some_and(|s| s.phase == Phase::Running && s.ready_slices == SLICES)
+            })
+            .count();
+        if running == CLUSTERS {
+            break Some(started.elapsed());
+        }
+        if started.elapsed() > Duration::from_secs(300) {
+            eprintln!("only {running}/{CLUSTERS} clusters converged in 300 s");
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let peak_kib = peak_rss_kib(operator.id());
+    let deleted = deleted_by_reason().await;
+    let requests = emulator.requests().since(mark);
+    // The operator's requests: everything except the kubelet's bindings and pod status
+    // writes and this driver's own TrainCluster creates and polls.
+    let operator_requests = requests.iter().filter(|r| is_operator_request(r)).count();
+    let pod_creates = requests
+        .iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/pods"))
+        .count();
+    let _ = operator.kill();
+    kubelet.stop().await;
+    println!(
+        "e2e_load: {CLUSTERS} TrainClusters x {SLICES} slices x {HOSTS} hosts = {} pods on {} nodes",
+        CLUSTERS as u32 * SLICES * HOSTS,
+        pools * HOSTS
+    );
+    match converged {
+        Some(t) => println!(
+            "  time to converge (all Running, every slice ready): {:.1} s (target: under 60 s)",
+            t.as_secs_f64()
+        ),
+        None => println!("  did not converge within 300 s"),
+    }
+    println!(
+        "  pod creations: {pod_creates} (one per pod: {})",
+        pod_creates as u32 == CLUSTERS as u32 * SLICES * HOSTS
+    );
+    println!(
+        "  operator API requests: {operator_requests} total, {:.0} per cluster",
+        operator_requests as f64 / CLUSTERS as f64
+    );
+    println!(
+        "  operator peak memory (VmHWM): {:.1} MiB (target: under 200 MiB)",
+        peak_kib as f64 / 1024.0
+    );
+    println!(
+        "  groups deleted by reason: {}",
+        if deleted.is_empty() { "none" } else { &deleted }
+    );
+    let _ = std::fs::remove_file(kubeconfig);
+    anyhow::ensure!(converged.is_some(), "did not converge");
+    Ok(())
+}
+
+/// Requests the operator made: not the kubelet's bindings and pod status writes, not this
+/// driver's TrainCluster creates and polls, not the node seeding.
+fn is_operator_request(r: &slice_emulator::RecordedRequest) -> bool {
+    let kubelet =
+        r.path.ends_with("/binding") || (r.path.contains("/pods/") && r.path.ends_with("/status"));
+    let driver_tc = r.path.ends_with("/trainclusters")
+        && (r.method == "POST" || (r.method == "GET" && !r.query.contains("watch")));
+    let unselected_pods =
+        r.method == "GET" && r.path.ends_with("/pods") && !r.query.contains("labelSelector");
+    let unselected_nodes = r.path.contains("/nodes") && !r.query.contains("labelSelector");
+    !(kubelet || driver_tc || unselected_pods || unselected_nodes)
+}
+
+/// `reason count` pairs from the operator's groups_deleted metric.
+async fn deleted_by_reason() -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(METRICS_ADDR).await else {
+        return "metrics unavailable".into();
+    };
+    let _ = stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .await;
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text).await;
+    text.lines()
+        .filter_map(|l| l.strip_prefix("slice_operator_groups_deleted_total{reason=\""))
+        .filter_map(|l| l.split_once("\"} "))
+        .map(|(reason, n)| format!("{reason} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}

@@ -1,0 +1,154 @@
+#![forbid(unsafe_code)]
+//! The `slice-operator` binary: a thin command-line shell over the library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use kube::CustomResourceExt;
+use slice_controller::{self as operator, OperatorConfig};
+use slice_core::api::TrainCluster;
+use slice_core::planner::render::preview_pods;
+
+#[cfg(feature = "sim")]
+mod sim_commands;
+
+#[derive(Parser)]
+#[command(
+    name = "slice-operator",
+    version,
+    about = "Elastic, multi-host TPU training clusters on Kubernetes"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the operator against a cluster (kubeconfig or in-cluster service account).
+    Run(OperatorConfig),
+    #[cfg(feature = "sim")]
+    /// Run a scenario on an embedded, simulated cluster: API emulator, fake TPU node pools,
+    /// fake kubelet and the operator in one process. No real cluster needed.
+    Simulate {
+        /// Scenario file (see examples/); the built-in default scenario when omitted.
+        scenario: Option<PathBuf>,
+        /// Keep the emulated API running afterwards and write a kubeconfig for kubectl here.
+        #[arg(long, value_name = "KUBECONFIG_OUT", num_args = 0..=1, default_missing_value = "simulate.kubeconfig")]
+        serve: Option<PathBuf>,
+        /// Seconds to wait for every cluster to settle after the timeline.
+        #[arg(long, default_value_t = 60)]
+        settle_timeout: u64,
+    },
+    #[cfg(feature = "sim")]
+    /// Create fake TPU node pools in a real cluster without kubelets for them, and act as
+    /// their kubelet (bind, run, report status) until interrupted.
+    FakeKubelet {
+        /// Kubeconfig file (default: $KUBECONFIG or ~/.kube/config).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// A node pool as NAME=ACCELERATOR:TOPOLOGY, e.g. pool-a=tpu-v6e-slice:2x4. Repeatable.
+        #[arg(long = "pool", required = true)]
+        pools: Vec<String>,
+    },
+    /// Print the TrainCluster CustomResourceDefinition as YAML.
+    Crd,
+    /// Print the worker pods a TrainCluster would get with N slices per group, as JSON.
+    RenderPods {
+        /// A TrainCluster manifest (YAML or JSON).
+        #[arg(short, long)]
+        file: PathBuf,
+        /// Slices per worker group.
+        #[arg(long, default_value_t = 1)]
+        slices: u32,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Crd => print_crd(),
+        Command::RenderPods { file, slices } => render(&file, slices),
+        Command::Run(config) => runtime().and_then(|rt| rt.block_on(run(config))),
+        #[cfg(feature = "sim")]
+        Command::Simulate {
+            scenario,
+            serve,
+            settle_timeout,
+        } => runtime()
+            .and_then(|rt| rt.block_on(sim_commands::simulate(scenario, serve, settle_timeout))),
+        #[cfg(feature = "sim")]
+        Command::FakeKubelet { kubeconfig, pools } => runtime().and_then(|rt| {
+            rt.block_on(sim_commands::fake_kubelet(
+                kubeconfig,
+                pools,
+                shutdown_signal(),
+            ))
+        }),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("shutting down");
+}
+
+async fn run(config: OperatorConfig) -> anyhow::Result<()> {
+    operator::init_tracing(config.log_format);
+    let client = operator::client_for(&config).await?;
+    operator::run(client, config, shutdown_signal(), None).await?;
+    Ok(())
+}
+
+fn print_crd() -> anyhow::Result<()> {
+    print!("{}", serde_yaml::to_string(&TrainCluster::crd())?);
+    Ok(())
+}
+
+fn render(file: &PathBuf, slices: u32) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| anyhow::anyhow!("reading {}: {e}", file.display()))?;
+    let mut tc: TrainCluster = serde_yaml::from_str(&text)
+        .map_err(|e| anyhow::anyhow!("{}: not a TrainCluster: {e}", file.display()))?;
+    tc.metadata
+        .namespace
+        .get_or_insert_with(|| "default".into());
+    tc.metadata
+        .uid
+        .get_or_insert_with(|| "00000000-0000-0000-0000-000000000000".into());
+    let pods = preview_pods(&tc, slices).map_err(|errors| {
+        let lines: Vec<String> = errors.iter().map(|e| format!("  {e}")).collect();
+        anyhow::anyhow!(
+            "{} is not a valid TrainCluster:\n{}",
+            file.display(),
+            lines.join("\n")
+        )
+    })?;
+    println!("{}", serde_json::to_string_pretty(&pods)?);
+    Ok(())
+}

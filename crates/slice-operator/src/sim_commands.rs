@@ -1,0 +1,62 @@
+//! The simulator's commands (`simulate`, `fake-kubelet`), behind the default `sim` feature so
+//! the operator image is built without the emulator and the simulator.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use slice_controller::{self as operator, OperatorConfig};
+use slice_sim::simulate::SimulateOptions;
+use slice_sim::{NodePoolSpec, Scenario};
+
+pub async fn simulate(
+    scenario: Option<PathBuf>,
+    serve: Option<PathBuf>,
+    settle_timeout: u64,
+) -> anyhow::Result<()> {
+    if std::env::var_os("RUST_LOG").is_none() {
+        // Keep the operator's own logs out of the progress lines unless asked for.
+        tracing_subscriber::fmt().with_env_filter("error").init();
+    } else {
+        operator::init_tracing(operator::LogFormat::Text);
+    }
+    let scenario = match &scenario {
+        Some(path) => {
+            Scenario::from_file(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+        }
+        None => Scenario::from_yaml(slice_sim::simulate::DEFAULT_SCENARIO)?,
+    };
+    let out: Arc<Mutex<dyn std::io::Write + Send>> = Arc::new(Mutex::new(std::io::stdout()));
+    let options = SimulateOptions {
+        scenario,
+        serve,
+        settle_timeout: Duration::from_secs(settle_timeout),
+    };
+    slice_sim::simulate::simulate(options, out).await?;
+    Ok(())
+}
+
+pub async fn fake_kubelet(
+    kubeconfig: Option<PathBuf>,
+    pools: Vec<String>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    operator::init_tracing(operator::LogFormat::Text);
+    let mut specs = Vec::new();
+    for pool in &pools {
+        let parsed = pool
+            .split_once('=')
+            .and_then(|(name, rest)| rest.split_once(':').map(|(a, t)| (name, a, t)));
+        let Some((name, accelerator, topology)) = parsed else {
+            anyhow::bail!(
+                "--pool {pool}: expected NAME=ACCELERATOR:TOPOLOGY, e.g. pool-a=tpu-v6e-slice:2x4"
+            );
+        };
+        specs.push(NodePoolSpec::new(name, accelerator, topology));
+    }
+    let mut config = OperatorConfig::in_process();
+    config.kubeconfig = kubeconfig;
+    let client = operator::client_for(&config).await?;
+    slice_sim::run_fake_kubelet_mode(client, specs, Default::default(), shutdown).await?;
+    Ok(())
+}
