@@ -215,6 +215,23 @@ def test_bindings_point_to_service_account(default_docs):
     assert deployment(default_docs)["spec"]["template"]["spec"]["serviceAccountName"] == sa["metadata"]["name"]
 
 
+def image_binary_path() -> str:
+    """Where the Dockerfile's final stage puts the binary (the image's ENTRYPOINT)."""
+    final_stage = (ROOT / "Dockerfile").read_text().split("\nFROM ")[-1]
+    copies = [line.split()[-1] for line in final_stage.splitlines() if line.startswith("COPY ")]
+    entry = next(line for line in final_stage.splitlines() if line.startswith("ENTRYPOINT"))
+    binary = yaml.safe_load(entry.removeprefix("ENTRYPOINT").strip())[0]
+    assert binary in copies, f"ENTRYPOINT {binary} is not a file the final stage copies ({copies})"
+    return binary
+
+
+def test_chart_command_starts_the_binary_where_the_image_puts_it(default_docs):
+    # The distroless base has no PATH entry for "/": a bare "slice-operator" cannot start.
+    command = container(default_docs)["command"]
+    assert command[0].startswith("/"), f"command {command} must be an absolute path"
+    assert command[0] == image_binary_path()
+
+
 def test_deployment_defaults(default_docs):
     dep = deployment(default_docs)
     assert dep["spec"]["replicas"] == 2
@@ -224,7 +241,7 @@ def test_deployment_defaults(default_docs):
     c = container(default_docs)
     assert c["image"] == "ghcr.io/slices-dev/slice-operator:0.1.0"  # tag defaults to appVersion
     assert c["imagePullPolicy"] == "IfNotPresent"
-    assert c["command"] == ["slice-operator"]
+    assert c["command"] == [image_binary_path()]
     assert c["args"] == [
         "run",
         "--leader-election",

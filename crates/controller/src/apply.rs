@@ -26,6 +26,23 @@ pub fn retryable(e: &kube::Error) -> bool {
     }
 }
 
+/// Longest a single API call may take. Without a bound, one stalled request wedges its
+/// TrainCluster for good and keeps a deposed leader acting after a standby took over.
+pub const API_CALL_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Run one API call with [`API_CALL_TIMEOUT`]; a timeout is a transport error (retryable).
+pub async fn bounded<T>(
+    call: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, kube::Error> {
+    match tokio::time::timeout(API_CALL_TIMEOUT, call).await {
+        Ok(result) => result,
+        Err(_) => Err(kube::Error::Service(Box::new(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no answer within {API_CALL_TIMEOUT:?}"),
+        )))),
+    }
+}
+
 fn backoff() -> ExponentialBuilder {
     ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(50))
@@ -41,25 +58,20 @@ fn is_code(e: &kube::Error, code: u16) -> bool {
 /// Create the headless Service if it is missing or repair it if it drifted; no write otherwise.
 pub async fn ensure_service(api: &Api<Service>, desired: &Service) -> Result<bool> {
     let name = desired.metadata.name.clone().unwrap_or_default();
-    let current = (|| async { api.get_opt(&name).await })
+    let current = (|| bounded(api.get_opt(&name)))
         .retry(backoff())
         .when(retryable)
         .await?;
     match current {
         None => {
-            let created = (|| async {
-                api.create(
-                    &PostParams {
-                        field_manager: Some(FIELD_MANAGER.into()),
-                        ..Default::default()
-                    },
-                    desired,
-                )
-                .await
-            })
-            .retry(backoff())
-            .when(retryable)
-            .await;
+            let params = PostParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..Default::default()
+            };
+            let created = (|| bounded(api.create(&params, desired)))
+                .retry(backoff())
+                .when(retryable)
+                .await;
             match created {
                 Ok(_) => Ok(true),
                 Err(e) if is_code(&e, 409) => Ok(false),
@@ -74,13 +86,11 @@ pub async fn ensure_service(api: &Api<Service>, desired: &Service) -> Result<boo
                 "selector": desired.spec.as_ref().and_then(|s| s.selector.clone()),
                 "ports": desired.spec.as_ref().and_then(|s| s.ports.clone()),
             }});
-            (|| async {
-                api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-            })
-            .retry(backoff())
-            .when(retryable)
-            .await?;
+            let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
+            (|| bounded(api.patch(&name, &params, &patch)))
+                .retry(backoff())
+                .when(retryable)
+                .await?;
             Ok(true)
         }
     }
@@ -118,13 +128,11 @@ pub async fn write_status(
         }
     }
     let patch = json!({ "status": body });
-    (|| async {
-        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-    })
-    .retry(backoff())
-    .when(retryable)
-    .await?;
+    let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
+    (|| bounded(api.patch_status(name, &params, &patch)))
+        .retry(backoff())
+        .when(retryable)
+        .await?;
     Ok(())
 }
 
@@ -147,7 +155,7 @@ pub async fn delete_group(
                     }),
                     ..Default::default()
                 };
-                let result = (|| async { api.delete(&pod.name, &params).await })
+                let result = (|| bounded(api.delete(&pod.name, &params)))
                     .retry(backoff())
                     .when(retryable)
                     .await;
@@ -178,7 +186,7 @@ pub async fn create_group(api: &Api<Pod>, group: &GroupCreate, concurrency: usiz
             let api = api.clone();
             async move {
                 let (api, params, pod) = (&api, &params, &pod);
-                (|| async move { api.create(params, pod).await })
+                (|| bounded(api.create(params, pod)))
                     .retry(backoff())
                     .when(retryable)
                     .await

@@ -2,16 +2,16 @@
 //! bridges the gap between our own writes and the watch caches catching up with them.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use kube::Client;
 use kube::runtime::events::Recorder;
-use kube::runtime::reflector::Store;
 
 use super::config::OperatorConfig;
 use super::metrics::Metrics;
+use super::watches::Cache;
 use slice_core::api::TrainClusterStatus;
 use slice_core::lean::{LeanNode, LeanPod};
 
@@ -20,18 +20,24 @@ pub struct Context {
     pub config: OperatorConfig,
     pub metrics: Metrics,
     pub recorder: Recorder,
-    /// Every pod carrying `slices.dev/cluster` (in the watched namespaces).
-    pub pods: Store<LeanPod>,
-    /// Every node carrying the TPU accelerator label.
-    pub nodes: Store<LeanNode>,
-    /// True once the caches have synced (or while standing by as a non-leader).
-    pub ready: AtomicBool,
+    /// The Pod and Node caches; set once this replica leads (a standby watches nothing).
+    caches: OnceLock<Caches>,
+    /// Set when a cache stopped showing our own writes; cleared when it has listed again.
+    pub stale: AtomicBool,
     /// True while this replica reconciles (always, without leader election).
     pub leader: AtomicBool,
     /// Held while building the inventory and planning, so two clusters never plan from the
     /// same free slice; also keeps a single inventory in memory at a time.
     pub planning: Mutex<Reservations>,
     memory: Mutex<HashMap<String, ClusterMemory>>,
+}
+
+/// The watched collections.
+pub struct Caches {
+    /// Every pod carrying `slices.dev/cluster` (in the watched namespaces).
+    pub pods: Cache<LeanPod>,
+    /// Every node carrying the TPU accelerator label.
+    pub nodes: Cache<LeanNode>,
 }
 
 /// What the operator remembers about one TrainCluster (by uid) between reconciles.
@@ -43,37 +49,95 @@ pub struct ClusterMemory {
     pub expect_present: HashSet<String>,
     pub expect_absent: HashSet<String>,
     pub expect_deadline: Option<Instant>,
+    /// The pod cache's relist count when the expectations were made.
+    pub expect_relists: u64,
     /// Consecutive failed reconciles, for the error backoff.
     pub errors: u32,
-    /// resourceVersion of a malformed object already reported.
-    pub malformed_version: Option<String>,
+    /// Generation of a malformed object already reported.
+    pub malformed_generation: Option<Option<i64>>,
     /// When the first failure of the current disruption was detected.
     pub disrupted_since: Option<Instant>,
 }
 
-/// How long to trust expectations before re-planning from the cache regardless.
-pub const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the pod cache may take to show our own writes before it counts as stalled (a
+/// real watch shows them in well under a second).
+pub const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Whether the caches show this cluster's own last writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Freshness {
+    Fresh,
+    /// Not yet, within [`EXPECTATION_TIMEOUT`].
+    Catching,
+    /// Not within [`EXPECTATION_TIMEOUT`]: the watch has stopped delivering.
+    Stalled,
+}
+
+impl ClusterMemory {
+    pub fn clear_expectations(&mut self) {
+        self.expect_present.clear();
+        self.expect_absent.clear();
+        self.expect_deadline = None;
+    }
+
+    pub fn expect_present(&mut self, names: impl IntoIterator<Item = String>, relists: u64) {
+        self.expect_present.extend(names);
+        self.arm(relists);
+    }
+
+    pub fn expect_absent(&mut self, uids: impl IntoIterator<Item = String>, relists: u64) {
+        self.expect_absent.extend(uids);
+        self.arm(relists);
+    }
+
+    fn arm(&mut self, relists: u64) {
+        self.expect_relists = relists;
+        self.expect_deadline = Some(Instant::now() + EXPECTATION_TIMEOUT);
+    }
+}
 
 impl Context {
-    pub fn new(
-        client: Client,
-        config: OperatorConfig,
-        recorder: Recorder,
-        pods: Store<LeanPod>,
-        nodes: Store<LeanNode>,
-    ) -> Context {
+    pub fn new(client: Client, config: OperatorConfig, recorder: Recorder) -> Context {
         Context {
             client,
             config,
             metrics: Metrics::default(),
             recorder,
-            pods,
-            nodes,
-            ready: AtomicBool::new(false),
+            caches: OnceLock::new(),
+            stale: AtomicBool::new(false),
             leader: AtomicBool::new(false),
             planning: Mutex::new(Reservations::default()),
             memory: Mutex::new(HashMap::new()),
         }
+    }
+
+    pub fn set_caches(&self, pods: Cache<LeanPod>, nodes: Cache<LeanNode>) {
+        if self.caches.set(Caches { pods, nodes }).is_err() {
+            tracing::error!("caches set twice; keeping the first");
+        }
+    }
+
+    /// The caches. Reconciles run only after [`Context::set_caches`].
+    pub fn caches(&self) -> &Caches {
+        self.caches
+            .get()
+            .expect("caches are set before the controller starts")
+    }
+
+    /// True when both caches have listed since start or since their last relist.
+    pub fn synced(&self) -> bool {
+        self.caches
+            .get()
+            .is_some_and(|c| c.pods.synced() && c.nodes.synced())
+    }
+
+    /// /readyz: a standby is ready; a leader is ready once its caches have synced and none
+    /// has stopped showing its writes.
+    pub fn ready(&self) -> bool {
+        if !self.leader.load(Ordering::Relaxed) {
+            return true;
+        }
+        self.synced() && !self.stale.load(Ordering::Relaxed)
     }
 
     pub fn with_memory<T>(&self, uid: &str, f: impl FnOnce(&mut ClusterMemory) -> T) -> T {
@@ -92,35 +156,32 @@ impl Context {
 /// How long a slice given to a cluster stays reserved if its pods never show up.
 pub const RESERVATION_TTL: Duration = Duration::from_secs(60);
 
-/// How old the shared inventory snapshot may get before a plan rebuilds it. Slices handed
-/// out since are covered by reservations, our own new pods by expectations.
-pub const INVENTORY_MAX_AGE: Duration = Duration::from_millis(250);
-
 /// Free slices just given to a cluster whose pods the caches do not show yet, and the
 /// inventory snapshot the planners share.
 #[derive(Default)]
 pub struct Reservations {
     by_slice: HashMap<String, (String, Instant)>,
-    inventory: Option<(Instant, std::sync::Arc<slice_core::inventory::Inventory>)>,
+    /// The last inventory built, with the cache versions it was built from.
+    inventory: Option<((u64, u64), std::sync::Arc<slice_core::inventory::Inventory>)>,
 }
 
 impl Reservations {
-    /// The shared inventory, rebuilt from the caches when older than [`INVENTORY_MAX_AGE`]
-    /// (building it reads every TPU node and operator pod: once per plan is too often when
-    /// 100 clusters reconcile at once).
+    /// The inventory of the caches as they are now: rebuilt whenever either cache has moved
+    /// since the last build (versions are read before the stores, and bumped only after a
+    /// change is in the store, so a build never misses a change its version covers).
     pub fn inventory(
         &mut self,
-        nodes: &Store<LeanNode>,
-        pods: &Store<LeanPod>,
+        caches: &Caches,
     ) -> std::sync::Arc<slice_core::inventory::Inventory> {
+        let versions = (caches.nodes.version(), caches.pods.version());
         match &self.inventory {
-            Some((built, inventory)) if built.elapsed() < INVENTORY_MAX_AGE => inventory.clone(),
+            Some((built_from, inventory)) if *built_from == versions => inventory.clone(),
             _ => {
                 let inventory = std::sync::Arc::new(slice_core::inventory::Inventory::build(
-                    &nodes.state(),
-                    &pods.state(),
+                    &caches.nodes.store.state(),
+                    &caches.pods.store.state(),
                 ));
-                self.inventory = Some((Instant::now(), inventory.clone()));
+                self.inventory = Some((versions, inventory.clone()));
                 inventory
             }
         }

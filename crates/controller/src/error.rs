@@ -24,6 +24,8 @@ pub enum Error {
     },
     #[error("lost the leader lease {0}; stopping so a new leader can take over")]
     LeadershipLost(String),
+    #[error("{0} did not answer in time")]
+    Timeout(&'static str),
     #[error("invalid configuration: {0}")]
     Config(String),
     #[error("I/O: {0}")]
@@ -43,6 +45,7 @@ impl Error {
             Error::MissingNamespace(_) => "missing_namespace",
             Error::PartialGroup { .. } => "partial_group",
             Error::LeadershipLost(_) => "leadership_lost",
+            Error::Timeout(_) => "timeout",
             Error::Config(_) => "config",
             Error::Io(_) => "io",
         }

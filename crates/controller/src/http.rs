@@ -27,8 +27,13 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(ctx): State<Arc<Context>>) -> (StatusCode, &'static str) {
-    if ctx.ready.load(Ordering::Relaxed) {
+    if ctx.ready() {
         (StatusCode::OK, "ok")
+    } else if ctx.stale.load(Ordering::Relaxed) {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "a cache stopped showing the operator's writes",
+        )
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
     }

@@ -1,5 +1,10 @@
 //! Leader election through a `coordination.k8s.io/v1` Lease, so several replicas can run and
 //! only one writes. Losing the lease stops the operator (its replica restarts as a standby).
+//!
+//! Never two leaders acting: the leader steps down when it has not renewed within the renew
+//! deadline (2/3 of the lease), every lease call is bounded by a timeout, so it has stopped
+//! before anyone else may take the lease (a full lease duration after its last renewal).
+//! On shutdown the lease is released before the process exits, for a fast handover.
 
 use std::time::Duration;
 
@@ -12,6 +17,10 @@ use tokio::sync::watch;
 
 use crate::error::{Error, Result};
 use slice_core::constants::FIELD_MANAGER;
+
+/// Longest a single lease call may take: a stalled request must not keep an old leader
+/// believing it leads.
+const LEASE_CALL_TIMEOUT: Duration = Duration::from_secs(4);
 
 pub struct LeaderElector {
     api: Api<Lease>,
@@ -36,12 +45,39 @@ impl LeaderElector {
         }
     }
 
+    /// The elector the operator's flags describe.
+    pub fn for_config(client: Client, config: &crate::OperatorConfig) -> LeaderElector {
+        let namespace = config.lease_namespace.as_deref().unwrap_or("default");
+        LeaderElector::new(
+            client,
+            namespace,
+            &config.lease_name,
+            &config.identity(),
+            config.lease_duration_seconds,
+        )
+    }
+
     fn renew_every(&self) -> Duration {
-        Duration::try_from(self.duration / 3).unwrap_or(Duration::from_secs(5))
+        Duration::try_from(self.duration / 5).unwrap_or(Duration::from_secs(3))
+    }
+
+    /// Step down when no renewal succeeded for this long: well before the lease expires.
+    pub fn renew_deadline(&self) -> Duration {
+        Duration::try_from(self.duration * 2 / 3).unwrap_or(Duration::from_secs(10))
+    }
+
+    async fn bounded<T>(&self, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        tokio::time::timeout(LEASE_CALL_TIMEOUT, call)
+            .await
+            .map_err(|_| Error::Timeout("leader lease call"))?
     }
 
     /// Take the lease if it is free, expired or already ours; renew it if ours.
     pub async fn try_acquire_or_renew(&self) -> Result<bool> {
+        self.bounded(self.try_acquire_or_renew_unbounded()).await
+    }
+
+    async fn try_acquire_or_renew_unbounded(&self) -> Result<bool> {
         let now = Timestamp::now();
         let current = self.api.get_opt(&self.name).await?;
         let params = PostParams {
@@ -113,45 +149,53 @@ impl LeaderElector {
         }
     }
 
-    /// Keep renewing; the receiver turns false (and the task ends) once the lease is lost.
-    /// Dropping the receiver (the operator stopped) releases the lease for a fast handover.
-    pub fn keep_renewing(self) -> watch::Receiver<bool> {
+    /// Keep renewing in the background until the lease is lost or [`HeldLease::release`].
+    pub fn keep_renewing(self) -> HeldLease {
         let (tx, rx) = watch::channel(true);
-        tokio::spawn(async move {
+        let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let elector = std::sync::Arc::new(self);
+        let renewer = elector.clone();
+        let task = tokio::spawn(async move {
             let mut last_renewal = tokio::time::Instant::now();
-            let duration = Duration::try_from(self.duration).unwrap_or(Duration::from_secs(15));
             loop {
                 tokio::select! {
-                    _ = tokio::time::sleep(self.renew_every()) => {}
-                    _ = tx.closed() => {
-                        self.release().await;
-                        return;
-                    }
+                    _ = tokio::time::sleep(renewer.renew_every()) => {}
+                    _ = &mut stop_rx => return,
                 }
-                match self.try_acquire_or_renew().await {
+                match renewer.try_acquire_or_renew().await {
                     Ok(true) => last_renewal = tokio::time::Instant::now(),
                     Ok(false) => break,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "lease renewal failed");
-                        if last_renewal.elapsed() >= duration {
-                            break;
-                        }
-                    }
+                    Err(e) => tracing::warn!(error = %e, "lease renewal failed"),
+                }
+                if last_renewal.elapsed() >= renewer.renew_deadline() {
+                    tracing::error!(deadline = ?renewer.renew_deadline(), "could not renew the leader lease in time; stepping down");
+                    break;
                 }
             }
             let _ = tx.send(false);
         });
-        rx
+        HeldLease {
+            elector,
+            held: rx,
+            stop: Some(stop_tx),
+            task,
+        }
     }
 
-    /// Give the lease up if we still hold it (best effort).
+    /// Give the lease up if we still hold it (best effort, bounded).
     pub async fn release(&self) {
-        let Ok(Some(mut lease)) = self.api.get_opt(&self.name).await else {
-            return;
+        if let Err(e) = self.bounded(self.release_unbounded()).await {
+            tracing::warn!(error = %e, "could not release the leader lease");
+        }
+    }
+
+    async fn release_unbounded(&self) -> Result<()> {
+        let Some(mut lease) = self.api.get_opt(&self.name).await? else {
+            return Ok(());
         };
         let spec = lease.spec.get_or_insert_with(Default::default);
         if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
-            return;
+            return Ok(());
         }
         spec.holder_identity = None;
         spec.renew_time = None;
@@ -159,13 +203,58 @@ impl LeaderElector {
             field_manager: Some(FIELD_MANAGER.into()),
             ..Default::default()
         };
-        match self.api.replace(&self.name, &params, &lease).await {
-            Ok(_) => tracing::info!(lease = %self.name, "released the leader lease"),
-            Err(e) => tracing::warn!(error = %e, "could not release the leader lease"),
-        }
+        self.api.replace(&self.name, &params, &lease).await?;
+        tracing::info!(lease = %self.name, "released the leader lease");
+        Ok(())
     }
 
     pub fn lost_error(&self) -> Error {
         Error::LeadershipLost(self.name.clone())
+    }
+}
+
+/// A lease this replica holds and keeps renewing.
+pub struct HeldLease {
+    elector: std::sync::Arc<LeaderElector>,
+    held: watch::Receiver<bool>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl HeldLease {
+    /// Resolves once the lease is lost (never while it is held).
+    pub async fn lost(&mut self) -> Error {
+        while *self.held.borrow() {
+            if self.held.changed().await.is_err() {
+                break;
+            }
+        }
+        self.elector.lost_error()
+    }
+
+    /// Stop renewing, then give the lease up; returns when both are done.
+    pub async fn release(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = (&mut self.task).await;
+        if *self.held.borrow() {
+            self.elector.release().await;
+        }
+    }
+}
+
+impl Drop for HeldLease {
+    /// Dropped without [`HeldLease::release`] (the process is killed): renew no more.
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Resolves when the lease in `lease` is lost; never without leader election.
+pub async fn lost(lease: &mut Option<HeldLease>) -> Error {
+    match lease {
+        Some(lease) => lease.lost().await,
+        None => futures::future::pending().await,
     }
 }

@@ -10,6 +10,7 @@ pub mod http;
 pub mod leader;
 pub mod metrics;
 pub mod reconcile;
+pub mod watches;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -24,7 +25,7 @@ use kube::core::DeserializeGuard;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use tokio::sync::oneshot;
 
 use crate::error::{Error, Result};
@@ -33,6 +34,10 @@ pub use context::Context;
 use slice_core::api::TrainCluster;
 use slice_core::constants::*;
 use slice_core::lean::{LeanNode, LeanPod};
+
+/// How long in-flight reconciles may take to finish after a shutdown signal. With the lease
+/// release after it, the process is gone well within Kubernetes' default 30 s grace period.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A running operator, for in-process use (tests and `simulate`).
 pub struct OperatorHandle {
@@ -43,6 +48,11 @@ pub struct OperatorHandle {
 }
 
 impl OperatorHandle {
+    /// Stop at once, as SIGKILL does: nothing is drained or released.
+    pub fn kill(self) {
+        self.task.abort();
+    }
+
     pub async fn stop(mut self) -> Result<()> {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
@@ -78,7 +88,8 @@ pub async fn start(client: Client, config: OperatorConfig) -> Result<OperatorHan
     }
 }
 
-/// Run until `shutdown` resolves (or the leader lease is lost).
+/// Run until `shutdown` resolves (or the leader lease is lost). Returns only after the lease,
+/// if held, has been released.
 pub async fn run(
     client: Client,
     config: OperatorConfig,
@@ -97,6 +108,60 @@ pub async fn run(
         }
     };
 
+    let reporter = Reporter {
+        controller: OPERATOR_NAME.into(),
+        instance: Some(config.identity()),
+    };
+    let recorder = Recorder::new(client.clone(), reporter);
+    let ctx = Arc::new(Context::new(client.clone(), config.clone(), recorder));
+    let metrics_addr = http::serve(config.metrics_addr, ctx.clone()).await?;
+    tracing::info!(%metrics_addr, namespace = ?config.namespace, "serving /metrics, /healthz, /readyz");
+    // Started (serving health and metrics) before the lease: a standby is healthy and ready.
+    if let Some(started) = started {
+        let _ = started.send((metrics_addr, ctx.clone()));
+    }
+
+    let mut lease = None;
+    if config.leader_election {
+        let elector = leader::LeaderElector::for_config(client.clone(), &config);
+        tracing::info!(lease = %config.lease_name, identity = %config.identity(), "waiting for the leader lease");
+        tokio::select! {
+            acquired = elector.acquire() => acquired?,
+            _ = stopped() => return Ok(()),
+        }
+        tracing::info!("acquired the leader lease");
+        lease = Some(elector.keep_renewing());
+    }
+    ctx.leader.store(true, Ordering::Relaxed);
+
+    let deadline = {
+        let stopped = stopped.clone();
+        async move {
+            stopped().await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        }
+    };
+    let result = tokio::select! {
+        result = lead(client, ctx.clone(), stopped.clone()) => result,
+        err = leader::lost(&mut lease) => Err(err),
+        _ = deadline => {
+            tracing::warn!(grace = ?SHUTDOWN_GRACE, "in-flight reconciles did not finish in time; stopping anyway");
+            Ok(())
+        }
+    };
+    ctx.leader.store(false, Ordering::Relaxed);
+    if let Some(lease) = lease {
+        lease.release().await;
+    }
+    result
+}
+
+/// The leader's work: watch, and reconcile once the caches have synced.
+async fn lead<F>(client: Client, ctx: Arc<Context>, stopped: impl Fn() -> F) -> Result<()>
+where
+    F: Future<Output = ()> + Send + Sync + 'static,
+{
+    let config = &ctx.config;
     let (tc_api, pod_api): (Api<DeserializeGuard<TrainCluster>>, Api<LeanPod>) =
         match &config.namespace {
             Some(ns) => (
@@ -111,107 +176,52 @@ pub async fn run(
     };
     let node_api: Api<LeanNode> = Api::all(client.clone());
 
-    let reporter = Reporter {
-        controller: OPERATOR_NAME.into(),
-        instance: Some(config.identity()),
-    };
-    let recorder = Recorder::new(client.clone(), reporter);
-    let (pods, pod_writer) = reflector::store_shared::<LeanPod>(1024);
-    let (nodes, node_writer) = reflector::store_shared::<LeanNode>(1024);
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        config.clone(),
-        recorder,
-        pods.clone(),
-        nodes.clone(),
-    ));
-    let metrics_addr = http::serve(config.metrics_addr, ctx.clone()).await?;
-    tracing::info!(%metrics_addr, namespace = ?config.namespace, "serving /metrics, /healthz, /readyz");
-    // Started (serving health and metrics) before the lease: a standby is healthy and ready.
-    if let Some(started) = started {
-        let _ = started.send((metrics_addr, ctx.clone()));
-    }
-
-    let mut lost = None;
-    if config.leader_election {
-        let namespace = config
-            .lease_namespace
-            .clone()
-            .unwrap_or_else(|| "default".into());
-        let elector = leader::LeaderElector::new(
-            client.clone(),
-            &namespace,
-            &config.lease_name,
-            &config.identity(),
-            config.lease_duration_seconds,
-        );
-        ctx.ready.store(true, Ordering::Relaxed);
-        tracing::info!(lease = %config.lease_name, %namespace, identity = %config.identity(), "waiting for the leader lease");
-        tokio::select! {
-            acquired = elector.acquire() => acquired?,
-            _ = stopped() => return Ok(()),
-        }
-        tracing::info!("acquired the leader lease");
-        let err = elector.lost_error();
-        lost = Some((elector.keep_renewing(), err));
-    }
-    ctx.leader.store(true, Ordering::Relaxed);
-
     // Narrow watches: only the operator's pods, only TPU nodes, each read straight into its
-    // lean view (src/lean.rs). Started only once leading.
-    let pod_events = pod_writer.subscribe().expect("shared store");
-    let node_events = node_writer.subscribe().expect("shared store");
-    let pod_watch = watcher(pod_api, watcher::Config::default().labels(LABEL_CLUSTER))
-        .default_backoff()
-        .reflect_shared(pod_writer)
-        .for_each(|_| futures::future::ready(()));
-    let node_watch = watcher(
+    // lean view (slice_core::lean). See watches.rs for how freshness follows from them.
+    let pods = watches::start(
+        pod_api,
+        watcher::Config::default().labels(LABEL_CLUSTER),
+        watches::same_pod,
+    );
+    let nodes = watches::start(
         node_api,
         watcher::Config::default().labels(NODE_LABEL_ACCELERATOR),
-    )
-    .default_backoff()
-    .reflect_shared(node_writer)
-    .for_each(|_| futures::future::ready(()));
+        watches::same_node,
+    );
+    let (pod_changes, pod_relists) = (pods.changes, pods.relisted);
+    let (node_changes, node_relists) = (nodes.changes, nodes.relisted);
+    let _watch_tasks = AbortOnDrop(vec![pods.task, nodes.task]);
+    ctx.set_caches(pods.cache, nodes.cache);
+
+    // Unknown is not lost: no plan before both caches have listed once.
+    let caches = ctx.caches();
+    let synced = async {
+        let _ = caches.pods.store.wait_until_ready().await;
+        let _ = caches.nodes.store.wait_until_ready().await;
+    };
+    tokio::select! {
+        _ = synced => {}
+        _ = stopped() => return Ok(()),
+    }
+    tracing::info!(
+        pods = caches.pods.store.len(),
+        nodes = caches.nodes.store.len(),
+        "caches synced"
+    );
 
     let controller = Controller::new(tc_api, watcher::Config::default())
         .with_config(ControllerConfig::default().concurrency(config.concurrency));
     let trainclusters = controller.store();
-    let node_to_clusters = move |node: Arc<LeanNode>| {
-        // A node change matters to every TrainCluster with a group of its slice shape.
-        let (accelerator, topology) = (
-            node.label(NODE_LABEL_ACCELERATOR),
-            node.label(NODE_LABEL_TOPOLOGY),
-        );
-        trainclusters
-            .state()
-            .into_iter()
-            .filter(|guard| {
-                let Ok(tc) = &guard.0 else { return false };
-                tc.spec.worker_groups.iter().any(|g| {
-                    g.tpu.as_ref().is_some_and(|t| {
-                        Some(t.accelerator.as_str()) == accelerator
-                            && Some(t.topology.as_str()) == topology
-                    })
-                })
-            })
-            .map(|guard| ObjectRef::from_obj(guard.as_ref()))
-            .collect::<Vec<_>>()
-    };
-    let ready_ctx = ctx.clone();
-    let (pods_ready, nodes_ready) = (pods.clone(), nodes.clone());
-    tokio::spawn(async move {
-        let _ = pods_ready.wait_until_ready().await;
-        let _ = nodes_ready.wait_until_ready().await;
-        ready_ctx.ready.store(true, Ordering::Relaxed);
-    });
-
+    let node_to_clusters = move |node: Arc<LeanNode>| clusters_of_shape(&trainclusters, &node);
+    let relists = futures::stream::select(pod_relists, node_relists);
     let controller = controller
-        .owns_shared_stream(pod_events)
+        .owns_shared_stream(pod_changes)
         .owns(
             service_api,
             watcher::Config::default().labels(LABEL_CLUSTER),
         )
-        .watches_shared_stream(node_events, node_to_clusters)
+        .watches_shared_stream(node_changes, node_to_clusters)
+        .reconcile_all_on(relists)
         .graceful_shutdown_on(stopped())
         .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
         .for_each(|result| async move {
@@ -219,28 +229,44 @@ pub async fn run(
                 tracing::debug!(error = %e, "controller event");
             }
         });
+    controller.await;
+    Ok(())
+}
 
-    let lost_future = async move {
-        match lost {
-            Some((mut rx, err)) => {
-                while *rx.borrow() {
-                    if rx.changed().await.is_err() {
-                        break;
-                    }
-                }
-                err
-            }
-            None => futures::future::pending().await,
+/// Background tasks that end with the future that owns them (also when it is cancelled).
+struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
         }
-    };
-    let result = tokio::select! {
-        _ = controller => Ok(()),
-        _ = pod_watch => Ok(()),
-        _ = node_watch => Ok(()),
-        err = lost_future => Err(err),
-    };
-    ctx.leader.store(false, Ordering::Relaxed);
-    result
+    }
+}
+
+/// A node change matters to every TrainCluster with a group of its slice shape.
+fn clusters_of_shape(
+    trainclusters: &reflector::Store<DeserializeGuard<TrainCluster>>,
+    node: &LeanNode,
+) -> Vec<ObjectRef<DeserializeGuard<TrainCluster>>> {
+    let (accelerator, topology) = (
+        node.label(NODE_LABEL_ACCELERATOR),
+        node.label(NODE_LABEL_TOPOLOGY),
+    );
+    trainclusters
+        .state()
+        .into_iter()
+        .filter(|guard| {
+            let Ok(tc) = &guard.0 else { return false };
+            tc.spec.worker_groups.iter().any(|g| {
+                g.tpu.as_ref().is_some_and(|t| {
+                    Some(t.accelerator.as_str()) == accelerator
+                        && Some(t.topology.as_str()) == topology
+                })
+            })
+        })
+        .map(|guard| ObjectRef::from_obj(guard.as_ref()))
+        .collect()
 }
 
 /// Set up logging: text for people, JSON for pipelines; RUST_LOG filters (default info).

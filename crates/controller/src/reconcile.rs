@@ -1,6 +1,7 @@
 //! One reconcile: observe (caches), plan (pure), apply (executor).
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -11,7 +12,7 @@ use kube::{Resource, ResourceExt};
 use tracing::{Instrument, info, info_span, warn};
 
 use super::apply;
-use super::context::{Context, EXPECTATION_TIMEOUT};
+use super::context::{Context, EXPECTATION_TIMEOUT, Freshness};
 use crate::error::{Error, Result};
 use slice_core::api::{Phase, TrainCluster};
 use slice_core::constants::LABEL_CLUSTER;
@@ -25,37 +26,79 @@ pub async fn reconcile(
     guard: Arc<DeserializeGuard<TrainCluster>>,
     ctx: Arc<Context>,
 ) -> Result<Action> {
-    match &guard.0 {
-        Ok(tc) => reconcile_cluster(tc, ctx).await,
+    let started = Instant::now();
+    ctx.metrics.reconciliations.inc();
+    let result = match &guard.0 {
+        Ok(tc) => reconcile_cluster(tc, ctx.clone()).await,
         Err(invalid) => report_malformed(invalid, &ctx).await,
-    }
+    };
+    ctx.metrics
+        .reconcile_duration
+        .observe(started.elapsed().as_secs_f64());
+    result
 }
 
+/// Report a TrainCluster that does not deserialize: once per generation (status writes do
+/// not move the generation, so our own write never triggers another report), and not at all
+/// when its status already says so (an operator restart does not report it again).
 async fn report_malformed(invalid: &InvalidObject, ctx: &Context) -> Result<Action> {
     let meta = &invalid.metadata;
     let (Some(namespace), Some(name)) = (meta.namespace.clone(), meta.name.clone()) else {
         return Ok(Action::await_change());
     };
     let uid = meta.uid.clone().unwrap_or_default();
-    let version = meta.resource_version.clone();
-    let already = ctx.with_memory(&uid, |m| {
-        let seen = m.malformed_version == version;
-        m.malformed_version = version.clone();
-        seen
-    });
-    if already {
+    let generation = meta.generation;
+    if ctx.with_memory(&uid, |m| m.malformed_generation == Some(generation)) {
         return Ok(Action::await_change());
     }
-    warn!(%namespace, %name, error = %invalid.error, "malformed TrainCluster");
     let message = format!(
         "the object does not match the TrainCluster schema: {}; fix the manifest and re-apply it",
         invalid.error
     );
+    let resource = kube::core::ApiResource::erase::<TrainCluster>(&());
+    let api: Api<kube::core::DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &namespace, &resource);
+    let current = apply::bounded(api.get_opt(&name)).await?;
+    let reported = current
+        .as_ref()
+        .is_some_and(|obj| already_reported(&obj.data, &message));
+    if !reported {
+        warn!(%namespace, %name, error = %invalid.error, "malformed TrainCluster");
+        let patch = serde_json::json!({ "status": {
+            "phase": Phase::Invalid,
+            "conditions": [{
+                "type": slice_core::api::CONDITION_VALID, "status": "False", "reason": "MalformedSpec",
+                "message": message, "lastTransitionTime": jiff::Timestamp::now().to_string(),
+            }],
+        }});
+        let params = kube::api::PatchParams::default();
+        apply::bounded(api.patch_status(&name, &params, &kube::api::Patch::Merge(&patch))).await?;
+        publish_malformed_event(ctx, invalid, &message).await;
+    }
+    ctx.with_memory(&uid, |m| m.malformed_generation = Some(generation));
+    Ok(Action::await_change())
+}
+
+/// True when `object`'s status already carries the Invalid phase with this very message.
+fn already_reported(object: &serde_json::Value, message: &str) -> bool {
+    let status = &object["status"];
+    status["phase"] == serde_json::json!(Phase::Invalid)
+        && status["conditions"].as_array().is_some_and(|conditions| {
+            conditions.iter().any(|c| {
+                c["type"] == slice_core::api::CONDITION_VALID
+                    && c["status"] == "False"
+                    && c["message"] == message
+            })
+        })
+}
+
+async fn publish_malformed_event(ctx: &Context, invalid: &InvalidObject, message: &str) {
+    let meta = &invalid.metadata;
     let reference = k8s_openapi::api::core::v1::ObjectReference {
         api_version: Some(TrainCluster::api_version(&()).into_owned()),
         kind: Some(TrainCluster::kind(&()).into_owned()),
-        name: Some(name.clone()),
-        namespace: Some(namespace.clone()),
+        name: meta.name.clone(),
+        namespace: meta.namespace.clone(),
         uid: meta.uid.clone(),
         resource_version: meta.resource_version.clone(),
         ..Default::default()
@@ -70,23 +113,6 @@ async fn report_malformed(invalid: &InvalidObject, ctx: &Context) -> Result<Acti
     if let Err(e) = ctx.recorder.publish(&event, &reference).await {
         tracing::debug!(error = %e, "could not publish event");
     }
-    let patch = serde_json::json!({ "status": {
-        "phase": Phase::Invalid,
-        "conditions": [{
-            "type": slice_core::api::CONDITION_VALID, "status": "False", "reason": "MalformedSpec",
-            "message": message, "lastTransitionTime": jiff::Timestamp::now().to_string(),
-        }],
-    }});
-    let resource = kube::core::ApiResource::erase::<TrainCluster>(&());
-    let api: Api<kube::core::DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &namespace, &resource);
-    api.patch_status(
-        &name,
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::Merge(&patch),
-    )
-    .await?;
-    Ok(Action::await_change())
 }
 
 async fn reconcile_cluster(tc: &TrainCluster, ctx: Arc<Context>) -> Result<Action> {
@@ -94,12 +120,7 @@ async fn reconcile_cluster(tc: &TrainCluster, ctx: Arc<Context>) -> Result<Actio
         .namespace()
         .ok_or_else(|| Error::MissingNamespace(tc.name_any()))?;
     let span = info_span!("reconcile", namespace = %namespace, name = %tc.name_any());
-    let started = Instant::now();
-    ctx.metrics.reconciliations.inc();
     let result = reconcile_inner(tc, &ctx, &namespace).instrument(span).await;
-    ctx.metrics
-        .reconcile_duration
-        .observe(started.elapsed().as_secs_f64());
     if result.is_ok() {
         ctx.with_memory(&uid(tc), |m| m.errors = 0);
     }
@@ -155,15 +176,26 @@ async fn reconcile_inner(tc: &TrainCluster, ctx: &Context, namespace: &str) -> R
     // This cluster's pods only; the full snapshot is taken (and dropped) inside the planning
     // lock, so reconciles waiting on API calls do not pin thousands of stale pod versions.
     let pods: Vec<Arc<LeanPod>> = ctx
+        .caches()
         .pods
+        .store
         .state()
         .into_iter()
         .filter(|p| p.metadata.namespace.as_deref() == Some(namespace))
         .filter(|p| p.label(LABEL_CLUSTER) == Some(name.as_str()))
         .collect();
 
+    // Unknown is not lost: no plan from caches that have not (re)listed.
+    if !ctx.synced() {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
     // Until the caches show our last writes, a plan would be made from stale observations.
+    let relists = ctx.caches().pods.relists();
     let waiting_for_cache = ctx.with_memory(&uid, |m| {
+        if m.expect_relists != relists {
+            // A fresh list is authoritative: whatever it lacks is not coming.
+            m.clear_expectations();
+        }
         m.expect_present
             .retain(|n| !pods.iter().any(|p| p.metadata.name.as_ref() == Some(n)));
         m.expect_absent.retain(|u| {
@@ -172,18 +204,25 @@ async fn reconcile_inner(tc: &TrainCluster, ctx: &Context, namespace: &str) -> R
             })
         });
         let pending = !m.expect_present.is_empty() || !m.expect_absent.is_empty();
-        let expired = m.expect_deadline.is_some_and(|d| d <= Instant::now());
-        if !pending || expired {
-            m.expect_present.clear();
-            m.expect_absent.clear();
-            m.expect_deadline = None;
-            false
-        } else {
-            true
+        if !pending {
+            m.clear_expectations();
+            return Freshness::Fresh;
+        }
+        match m.expect_deadline {
+            Some(deadline) if deadline <= Instant::now() => Freshness::Stalled,
+            _ => Freshness::Catching,
         }
     });
-    if waiting_for_cache {
-        return Ok(Action::requeue(Duration::from_millis(500)));
+    match waiting_for_cache {
+        Freshness::Fresh => ctx.stale.store(false, Ordering::Relaxed),
+        Freshness::Catching => return Ok(Action::requeue(Duration::from_millis(500))),
+        Freshness::Stalled => {
+            // The pod watch stopped delivering: never plan from it; list again.
+            warn!(timeout = ?EXPECTATION_TIMEOUT, "the pod cache has not shown our writes; relisting");
+            ctx.stale.store(true, Ordering::Relaxed);
+            ctx.caches().pods.relist();
+            return Ok(Action::requeue(Duration::from_secs(1)));
+        }
     }
 
     // The planner's memory is its last status; ours is newer than the cache right after a write.
@@ -194,7 +233,7 @@ async fn reconcile_inner(tc: &TrainCluster, ctx: &Context, namespace: &str) -> R
     let plan = {
         // One planner at a time: the slices it hands out are reserved before the next plans.
         let mut reservations = ctx.planning.lock().expect("planning lock poisoned");
-        let inventory = reservations.inventory(&ctx.nodes, &ctx.pods);
+        let inventory = reservations.inventory(ctx.caches());
         let key = format!("{namespace}/{name}");
         let reserved = reservations.held_by_others(&key, &inventory);
         let plan = planner::plan(&PlanInput {
@@ -242,16 +281,12 @@ async fn reconcile_inner(tc: &TrainCluster, ctx: &Context, namespace: &str) -> R
                 reason: delete.reason.code().into(),
             })
             .inc();
-        ctx.with_memory(&uid, |m| {
-            m.expect_absent.extend(uids);
-            m.expect_deadline = Some(Instant::now() + EXPECTATION_TIMEOUT);
-        });
+        ctx.with_memory(&uid, |m| m.expect_absent(uids, relists));
     }
     for create in &plan.create {
         ctx.with_memory(&uid, |m| {
-            m.expect_present
-                .extend(create.pods.iter().filter_map(|p| p.metadata.name.clone()));
-            m.expect_deadline = Some(Instant::now() + EXPECTATION_TIMEOUT);
+            let names = create.pods.iter().filter_map(|p| p.metadata.name.clone());
+            m.expect_present(names, relists)
         });
         let result = apply::create_group(&pod_api, create, ctx.config.api_concurrency).await;
         if result.is_err() {
@@ -272,7 +307,7 @@ async fn reconcile_inner(tc: &TrainCluster, ctx: &Context, namespace: &str) -> R
             field_manager: Some(slice_core::constants::FIELD_MANAGER.into()),
             ..Default::default()
         };
-        match pod_api.create(&params, pod).await {
+        match apply::bounded(pod_api.create(&params, pod)).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 409 => {}
             Err(e) => return Err(e.into()),

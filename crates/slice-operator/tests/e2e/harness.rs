@@ -5,6 +5,8 @@
 #![allow(dead_code)]
 
 use std::future::Future;
+
+use serde::Deserialize;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -29,10 +31,43 @@ impl Default for EnvOptions {
     fn default() -> Self {
         EnvOptions {
             operators: 1,
-            leader_election: false,
+            leader_election: chart_config().leader_election,
             read_timeout: None,
         }
     }
+}
+
+/// The operator's settings exactly as the chart starts it: the container args of the
+/// Deployment in deploy/ (rendered from the chart, drift-checked by `make test`), parsed by
+/// the binary's own flag definitions. Tests override only the listen address.
+pub fn chart_config() -> OperatorConfig {
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: Command,
+    }
+    #[derive(clap::Subcommand)]
+    enum Command {
+        Run(OperatorConfig),
+    }
+    let manifests = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/slice-operator.yaml"
+    );
+    let text = std::fs::read_to_string(manifests).expect("deploy/slice-operator.yaml");
+    let deployment = serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| serde_yaml::Value::deserialize(doc).expect("yaml"))
+        .find(|doc| doc["kind"] == "Deployment")
+        .expect("a Deployment in deploy/slice-operator.yaml");
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let args: Vec<String> = serde_yaml::from_value(container["args"].clone()).expect("args");
+    let Command::Run(mut config) = <Cli as clap::Parser>::try_parse_from(
+        std::iter::once("slice-operator".to_string()).chain(args),
+    )
+    .expect("the chart's args parse")
+    .command;
+    config.metrics_addr = "127.0.0.1:0".parse().unwrap();
+    config
 }
 
 pub struct Env {
@@ -40,8 +75,25 @@ pub struct Env {
     pub namespace: String,
     pub emulator: Option<Emulator>,
     pub operators: Vec<OperatorHandle>,
+    options: EnvOptions,
     kubelet: Option<FakeKubelet>,
     prefix: String,
+}
+
+/// Start in-process operator number `i` against the emulator, configured as the chart does.
+async fn start_operator(emulator: &Emulator, i: usize, options: &EnvOptions) -> OperatorHandle {
+    let mut config = chart_config();
+    config.leader_election = options.leader_election;
+    config.lease_duration_seconds = 2;
+    config.identity = Some(format!("operator-{i}"));
+    let mut kube_config = emulator.config();
+    if let Some(timeout) = options.read_timeout {
+        kube_config.read_timeout = Some(timeout);
+    }
+    let op_client = Client::try_from(kube_config).expect("client");
+    operator::start(op_client, config)
+        .await
+        .expect("operator starts")
 }
 
 pub fn external() -> bool {
@@ -93,21 +145,7 @@ impl Env {
         let mut operators = Vec::new();
         if let Some(emulator) = &emulator {
             for i in 0..options.operators {
-                let mut config = OperatorConfig::in_process();
-                config.resync_seconds = 2;
-                config.leader_election = options.leader_election;
-                config.lease_duration_seconds = 2;
-                config.identity = Some(format!("operator-{i}"));
-                let mut kube_config = emulator.config();
-                if let Some(timeout) = options.read_timeout {
-                    kube_config.read_timeout = Some(timeout);
-                }
-                let op_client = Client::try_from(kube_config).expect("client");
-                operators.push(
-                    operator::start(op_client, config)
-                        .await
-                        .expect("operator starts"),
-                );
+                operators.push(start_operator(emulator, i, &options).await);
             }
         }
         let mut env = Env {
@@ -115,6 +153,7 @@ impl Env {
             namespace,
             emulator,
             operators,
+            options,
             kubelet: None,
             prefix,
         };
@@ -279,6 +318,22 @@ impl Env {
         )
         .await
         .expect("restore");
+    }
+
+    /// Stop operator `i` as SIGTERM does (drain, release the lease) or as SIGKILL does
+    /// (`kill`: it stops at once, nothing is released), then start it again (emulator only).
+    pub async fn restart_operator(&mut self, i: usize, kill: bool) {
+        let Some(emulator) = &self.emulator else {
+            return;
+        };
+        let old = self.operators.remove(i);
+        if kill {
+            old.kill();
+        } else {
+            let _ = old.stop().await;
+        }
+        let new = start_operator(emulator, i, &self.options).await;
+        self.operators.insert(i, new);
     }
 
     pub async fn stop(mut self) {
