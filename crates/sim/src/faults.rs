@@ -181,19 +181,11 @@ pub async fn evict_pod(client: &Client, namespace: &str, pod: &str) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kubelet::running_status_patch;
-    use crate::sched::tests::tpu_pod;
-
-    fn running() -> Pod {
-        let mut p = tpu_pod("a", 4);
-        let patch = running_status_patch(&p, None);
-        p.status = serde_json::from_value(patch["status"].clone()).unwrap();
-        p
-    }
+    use crate::test_support::{running, tpu_pod};
 
     #[test]
     fn crash_increments_restart_count() {
-        let p = running();
+        let p = running(tpu_pod("a", 4));
         let patch = crash_status_patch(&p, Some("trainer"), 137).unwrap();
         let c = &patch["status"]["containerStatuses"][0];
         assert_eq!(c["restartCount"], 1);
@@ -205,7 +197,7 @@ mod tests {
 
     #[test]
     fn fail_sets_phase_and_exit_code() {
-        let patch = fail_status_patch(&running(), 1);
+        let patch = fail_status_patch(&running(tpu_pod("a", 4)), 1);
         assert_eq!(patch["status"]["phase"], "Failed");
         let c = &patch["status"]["containerStatuses"][0];
         assert_eq!(c["state"]["terminated"]["exitCode"], 1);

@@ -4,10 +4,19 @@
 //! in-process emulator or a real API server that has no TPU nodes (e.g. kind).
 //!
 //! * [`nodes`]: node pools (create, preempt in GKE's order, restore, NotReady, cordon).
-//! * [`sched`]: pure fit and placement logic of the fake scheduler.
-//! * [`kubelet`]: [`FakeKubelet`], the scheduler + kubelet loop.
+//!   `pool_spec` (hosts and chips), `node_object` (the Node written), `node_edits` (one
+//!   node), `pool_lifecycle` (whole pools), `preemption`.
+//! * [`sched`]: pure fit and placement logic of the fake scheduler: `fit`, `resources`
+//!   (`google.com/tpu` accounting), `placement`.
+//! * [`kubelet`]: [`FakeKubelet`], the scheduler + kubelet loop: `plan` (pure decisions),
+//!   `pod_status` (status patches), `execute` (API requests), `run_loop` (watches + loop).
 //! * [`faults`]: crash a container, fail a pod, delete or evict a pod.
-//! * [`scenario`]: the YAML scenario format and [`run_timeline`].
+//! * [`scenario`]: the YAML scenario format and [`run_timeline`]: `format`, `duration`,
+//!   `pod_ref`, `train_clusters`, `actions`, `conditions`, `timeline`, `report`.
+//! * [`simulate`]: the `simulate` command (emulator + operator + scenario, with a summary).
+//!
+//! Every public item keeps the path of its parent module (e.g. `nodes::build_node`,
+//! `kubelet::running_status_patch`); the submodules above are private.
 //!
 //! Not simulated: pod (anti-)affinity and topology spread (a group-key preference stands in),
 //! cpu/memory/pods capacity, images, probes, container processes and logs, init containers'
@@ -21,6 +30,8 @@ pub mod nodes;
 pub mod scenario;
 pub mod sched;
 pub mod simulate;
+#[cfg(test)]
+mod test_support;
 
 use std::future::Future;
 

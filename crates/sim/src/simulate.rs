@@ -76,8 +76,8 @@ pub async fn simulate(
         .map_err(|e| anyhow::anyhow!("installing the CRD: {e}"))?;
     let client = emulator.client();
     say(format!("API emulator listening on {}", emulator.url()));
-    let mut config = OperatorConfig::in_process();
-    config.resync_seconds = 5;
+    // The operator's defaults, as it ships: no shortened resync.
+    let config = OperatorConfig::in_process();
     let operator = operator::start(client.clone(), config).await?;
     say(format!(
         "operator started (metrics on http://{}/metrics)",

@@ -1,0 +1,275 @@
+//! [`FakeKubelet`]: watches pods and nodes, and on every change (and every `resync`) plans
+//! one pass and executes it.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Client;
+use kube::api::Api;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::execute::execute;
+use super::plan::KubeletCore;
+use super::{KubeletEvent, KubeletOptions};
+
+/// A running fake kubelet; stop it with [`FakeKubelet::stop`] (dropping it stops it too).
+pub struct FakeKubelet {
+    stop: watch::Sender<bool>,
+    join: JoinHandle<()>,
+}
+
+impl FakeKubelet {
+    /// Starts the scheduler + kubelet loop as a tokio task.
+    pub fn run(client: Client, options: KubeletOptions) -> FakeKubelet {
+        let (stop, stop_rx) = watch::channel(false);
+        let join = tokio::spawn(run_loop(client, options, stop_rx));
+        FakeKubelet { stop, join }
+    }
+
+    /// Stops the loop and waits for it to end.
+    pub async fn stop(mut self) {
+        let _ = self.stop.send(true);
+        let _ = (&mut self.join).await;
+    }
+
+    /// True when the loop has ended.
+    pub fn is_finished(&self) -> bool {
+        self.join.is_finished()
+    }
+}
+
+impl Drop for FakeKubelet {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+/// A reflector kept up to date by a task that pokes `notify` on every watch event.
+fn spawn_reflector<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+    notify: Arc<Notify>,
+) -> (Store<K>, JoinHandle<()>)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store::<K>();
+    let stream = reflector::reflector(writer, watcher(api, cfg).default_backoff());
+    let task = tokio::spawn(async move {
+        stream
+            .for_each(|ev| {
+                if let Err(e) = ev {
+                    tracing::debug!(error = %e, "fake kubelet watch error");
+                }
+                notify.notify_one();
+                futures::future::ready(())
+            })
+            .await;
+    });
+    (store, task)
+}
+
+/// The pod and node stores, limited by the options' namespace and selectors.
+struct Watches {
+    pods: Store<Pod>,
+    nodes: Store<Node>,
+    tasks: [JoinHandle<()>; 2],
+}
+
+impl Watches {
+    fn spawn(client: &Client, options: &KubeletOptions, notify: &Arc<Notify>) -> Self {
+        let pods_api: Api<Pod> = match &options.namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        };
+        let (pods, pod_task) = spawn_reflector(
+            pods_api,
+            labelled(options.pod_selector.as_deref()),
+            notify.clone(),
+        );
+        let (nodes, node_task) = spawn_reflector(
+            Api::<Node>::all(client.clone()),
+            labelled(options.node_selector.as_deref()),
+            notify.clone(),
+        );
+        Watches {
+            pods,
+            nodes,
+            tasks: [pod_task, node_task],
+        }
+    }
+
+    async fn ready(&self) {
+        let _ = self.pods.wait_until_ready().await;
+        let _ = self.nodes.wait_until_ready().await;
+    }
+}
+
+impl Drop for Watches {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+fn labelled(selector: Option<&str>) -> watcher::Config {
+    let cfg = watcher::Config::default();
+    match selector {
+        Some(sel) => cfg.labels(sel),
+        None => cfg,
+    }
+}
+
+async fn run_loop(client: Client, options: KubeletOptions, mut stop: watch::Receiver<bool>) {
+    let notify = Arc::new(Notify::new());
+    let watches = Watches::spawn(&client, &options, &notify);
+    let stopped = tokio::select! {
+        _ = watches.ready() => false,
+        _ = stop.wait_for(|s| *s) => true,
+    };
+    let mut core = KubeletCore::new(&options);
+    if !stopped {
+        tracing::info!("fake kubelet running");
+        loop {
+            run_pass(&client, &options, &mut core, &watches).await;
+            tokio::select! {
+                _ = notify.notified() => {}
+                _ = tokio::time::sleep(options.resync) => {}
+                _ = stop.wait_for(|s| *s) => break,
+            }
+        }
+    }
+    drop(watches);
+    tracing::info!("fake kubelet stopped");
+}
+
+/// Plans one pass and executes its actions in order, reporting each to `options.events`.
+async fn run_pass(
+    client: &Client,
+    options: &KubeletOptions,
+    core: &mut KubeletCore,
+    watches: &Watches,
+) {
+    let actions = core.plan(
+        &watches.pods.state(),
+        &watches.nodes.state(),
+        Instant::now(),
+    );
+    for action in actions {
+        core.issued(&action, Instant::now());
+        let event = match execute(client, &action).await {
+            Ok(ev) => {
+                tracing::debug!(?ev, "fake kubelet");
+                ev
+            }
+            Err(e) => {
+                core.failed(&action);
+                tracing::warn!(pod = %action.pod(), error = %e, "fake kubelet action failed");
+                KubeletEvent::Failed {
+                    pod: action.pod(),
+                    error: e.to_string(),
+                }
+            }
+        };
+        if let Some(tx) = &options.events {
+            let _ = tx.send(event);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{pool_nodes, set_not_ready, tpu_pod};
+    use http::{Request, Response};
+    use kube::client::Body;
+    use std::time::Duration;
+    use tokio::sync::mpsc;
+    use tower_test::mock;
+
+    /// The whole loop against a canned API server: lists pods (with the label selector) and
+    /// nodes, leaves the watches hanging, and expects the pending pod to be bound to the
+    /// first fitting node (pool-0-0 is NotReady, so pool-0-1).
+    #[tokio::test]
+    async fn loop_binds_pending_pod_via_binding_subresource() {
+        let (svc, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+        let client = kube::Client::new(svc, "default");
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let kubelet = FakeKubelet::run(
+            client,
+            KubeletOptions {
+                namespace: Some("ns".into()),
+                pod_selector: Some("slices.dev/cluster=demo".into()),
+                events: Some(tx),
+                ..Default::default()
+            },
+        );
+        let mut node_list = pool_nodes("pool-0");
+        set_not_ready(&mut node_list[0]);
+        let pod = tpu_pod("demo-workers-0-0", 4);
+        let server = tokio::spawn(async move {
+            let mut held = Vec::new();
+            let mut pod_query = String::new();
+            while let Some((req, send)) = handle.next_request().await {
+                let path = req.uri().path().to_string();
+                let query = req.uri().query().unwrap_or("").to_string();
+                let method = req.method().clone();
+                if query.contains("watch=true") {
+                    held.push(send);
+                    continue;
+                }
+                let body = match (method.as_str(), path.as_str()) {
+                    ("GET", "/api/v1/namespaces/ns/pods") => {
+                        pod_query = query;
+                        serde_json::json!({"kind": "PodList", "apiVersion": "v1",
+                            "metadata": {"resourceVersion": "1"}, "items": [pod]})
+                    }
+                    ("GET", "/api/v1/nodes") => serde_json::json!({"kind": "NodeList",
+                        "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": node_list}),
+                    ("POST", "/api/v1/namespaces/ns/pods/demo-workers-0-0/binding") => {
+                        let b = req.into_body().collect_bytes().await.unwrap();
+                        let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
+                        assert_eq!(v["target"]["name"], "pool-0-1");
+                        serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
+                    }
+                    other => panic!("unexpected request {other:?}"),
+                };
+                send.send_response(
+                    Response::builder()
+                        .body(Body::from(serde_json::to_vec(&body).unwrap()))
+                        .unwrap(),
+                );
+            }
+            pod_query
+        });
+        let ev = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("an event")
+            .unwrap();
+        assert_eq!(
+            ev,
+            KubeletEvent::Bound {
+                pod: "ns/demo-workers-0-0".into(),
+                node: "pool-0-1".into()
+            }
+        );
+        kubelet.stop().await;
+        let pod_query = server.await.unwrap();
+        assert!(
+            pod_query.contains("labelSelector=slices.dev%2Fcluster%3Ddemo"),
+            "{pod_query}"
+        );
+    }
+}

@@ -1,0 +1,54 @@
+//! Pure scheduling logic of the fake scheduler: node fit, free-chip accounting and placement.
+//!
+//! What is checked, in the order a real scheduler's filter plugins would: node Ready and
+//! schedulable (`spec.unschedulable`), taints with effect `NoSchedule`/`NoExecute` against the
+//! pod's tolerations, `spec.nodeSelector`, required node affinity (`nodeSelectorTerms` with
+//! `In`/`NotIn`/`Exists`/`DoesNotExist`/`Gt`/`Lt` and `matchFields` on `metadata.name`), and free
+//! `google.com/tpu` (allocatable minus the requests of non-terminal pods bound to the node).
+//!
+//! Not checked: cpu/memory/pods capacity, pod (anti-)affinity and topology spread constraints,
+//! host ports, volumes. Instead of pod (anti-)affinity the placement prefers, for a pod labelled
+//! with [`LABEL_GROUP_KEY`](slice_core::constants::LABEL_GROUP_KEY), the node pool already
+//! holding pods of the same group key, then empty pools, so that one slice's pods land in one
+//! pool; this is a preference, not a guarantee.
+//!
+//! * `fit`: does one pod fit one node ([`check_fit`]).
+//! * `resources`: `google.com/tpu` requested, allocatable and in use.
+//! * `placement`: [`schedule`], first fit by name with the group-key preference.
+
+mod fit;
+mod placement;
+mod resources;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+pub use fit::{
+    Unfit, check_fit, node_selector_matches, required_affinity_matches, tolerates,
+    toleration_matches,
+};
+pub use placement::{Placement, node_pool_of, schedule};
+pub use resources::{node_tpu_allocatable, parse_count, pod_tpu_request, tpu_usage};
+
+/// True when the node has condition `Ready=True`.
+pub fn node_is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// True when the pod is in a terminal phase (`Succeeded` or `Failed`).
+pub fn pod_is_terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded") | Some("Failed")
+    )
+}
+
+/// Node the pod is bound to, if any.
+pub fn pod_node(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
+}
