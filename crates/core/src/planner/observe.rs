@@ -133,6 +133,18 @@ pub fn replicas<'a>(
     (observed, strays)
 }
 
+/// The first incarnation number no observed replica has used (and never less than `next`):
+/// every new incarnation gets a name (`TPU_NAME`) no earlier one had.
+pub(super) fn next_incarnation(next: u64, observed: &BTreeMap<u32, ObservedReplica<'_>>) -> u64 {
+    next.max(
+        observed
+            .values()
+            .map(|r| r.incarnation + 1)
+            .max()
+            .unwrap_or(0),
+    )
+}
+
 fn judge<'a>(
     replica: u32,
     facts: &[PodFacts<'a>],
@@ -171,6 +183,8 @@ fn judge<'a>(
     }
 }
 
+/// The checks, in order: draining; lost nodes; members deleted, failed, exited or restarted;
+/// bad host indexes; incomplete (after a grace for fresh groups); mixed epochs.
 #[allow(clippy::too_many_arguments)]
 fn verdict(
     facts: &[PodFacts<'_>],
@@ -182,100 +196,23 @@ fn verdict(
     now: Timestamp,
     grace: SignedDuration,
 ) -> Verdict {
-    let terminating = |p: &LeanPod| p.metadata.deletion_timestamp.is_some();
     if facts.iter().all(|f| terminating(f.pod)) {
         return Verdict::Draining;
     }
     // Node loss first: when a slice goes away its pods also fail, and that is a preemption.
-    // A pinned group's pods can only run on its slice (nodeSelector), whose loss the
-    // inventory knows (terminating or NotReady nodes, missing hosts): one check per group.
-    // Unpinned groups (autoscaler mode) are checked pod by pod.
-    if tpu {
-        match pinned {
-            Some(id) => {
-                let lost = match inventory.slice(id) {
-                    None => Some(format!("slice {id} is gone")),
-                    Some(slice) => inventory.slice_lost(slice, now, grace),
-                };
-                if let Some(why) = lost {
-                    return Verdict::Broken(DeleteReason::NodeLost {
-                        pod: facts[0].pod.name().to_string(),
-                        detail: why,
-                    });
-                }
-            }
-            None => {
-                for f in facts {
-                    let node = f.pod.node_name.as_deref();
-                    if let Some(node) = node
-                        && let Some(why) = inventory.node_lost(node, now, grace)
-                    {
-                        return Verdict::Broken(DeleteReason::NodeLost {
-                            pod: f.pod.name().to_string(),
-                            detail: why,
-                        });
-                    }
-                }
-            }
-        }
-    }
-    if let Some(f) = facts.iter().find(|f| terminating(f.pod)) {
-        return Verdict::Broken(DeleteReason::MemberDeleted {
-            pod: f.pod.name().to_string(),
-        });
-    }
-    for f in facts {
-        match f.pod.phase.as_deref() {
-            Some("Failed") => {
-                return Verdict::Broken(DeleteReason::MemberFailed {
-                    pod: f.pod.name().to_string(),
-                });
-            }
-            Some("Succeeded") => {
-                return Verdict::Broken(DeleteReason::MemberExited {
-                    pod: f.pod.name().to_string(),
-                });
-            }
-            _ => {}
-        }
-        if let Some(container) = &f.pod.restarted_container {
-            return Verdict::Broken(DeleteReason::ContainerRestarted {
-                pod: f.pod.name().to_string(),
-                container: container.clone(),
-            });
-        }
-    }
-    let mut seen = vec![false; hosts as usize];
-    for f in facts {
-        match f.host {
-            Some(h) if h < u64::from(hosts) => {
-                if std::mem::replace(&mut seen[h as usize], true) {
-                    return Verdict::Broken(DeleteReason::DuplicateHostIndex { host: h as u32 });
-                }
-            }
-            _ => {
-                return Verdict::Broken(DeleteReason::BadHostIndex {
-                    pod: f.pod.name().to_string(),
-                });
-            }
-        }
+    let node_loss = if tpu {
+        node_lost(facts, pinned, inventory, now, grace)
+    } else {
+        None
+    };
+    let problem = node_loss
+        .or_else(|| member_lost(facts))
+        .or_else(|| bad_host_index(facts, hosts));
+    if let Some(reason) = problem {
+        return Verdict::Broken(reason);
     }
     if facts.len() < hosts as usize {
-        // Just created: the watch caches may not show every member yet (thousands of pods
-        // arrive one event at a time). Only a group that stays incomplete is broken.
-        let newest = facts
-            .iter()
-            .filter_map(|f| f.pod.metadata.creation_timestamp.as_ref().map(|t| t.0))
-            .max();
-        if let Some(until) = newest.and_then(|t| t.saturating_add(INCOMPLETE_GRACE).ok())
-            && until > now
-        {
-            return Verdict::Settling { until };
-        }
-        return Verdict::Broken(DeleteReason::Incomplete {
-            present: facts.len() as u32,
-            expected: hosts,
-        });
+        return incomplete(facts, hosts, now);
     }
     if epoch.is_none() {
         return Verdict::Broken(DeleteReason::MixedEpochs);
@@ -283,8 +220,108 @@ fn verdict(
     Verdict::Healthy
 }
 
+fn terminating(pod: &LeanPod) -> bool {
+    pod.metadata.deletion_timestamp.is_some()
+}
+
+/// A pinned group's pods can only run on its slice (nodeSelector), whose loss the inventory
+/// knows (terminating or NotReady nodes, missing hosts): one check per group. Unpinned
+/// groups (autoscaler mode) are checked pod by pod.
+fn node_lost(
+    facts: &[PodFacts<'_>],
+    pinned: Option<&str>,
+    inventory: &Inventory,
+    now: Timestamp,
+    grace: SignedDuration,
+) -> Option<DeleteReason> {
+    match pinned {
+        Some(id) => {
+            let lost = match inventory.slice(id) {
+                None => Some(format!("slice {id} is gone")),
+                Some(slice) => inventory.slice_lost(slice, now, grace),
+            };
+            lost.map(|why| DeleteReason::NodeLost {
+                pod: facts[0].pod.name().to_string(),
+                detail: why,
+            })
+        }
+        None => facts.iter().find_map(|f| {
+            let node = f.pod.node_name.as_deref()?;
+            let why = inventory.node_lost(node, now, grace)?;
+            Some(DeleteReason::NodeLost {
+                pod: f.pod.name().to_string(),
+                detail: why,
+            })
+        }),
+    }
+}
+
+/// A member was deleted, failed, exited or restarted a container: the others cannot go on
+/// without it (a deletion is reported before anything else).
+fn member_lost(facts: &[PodFacts<'_>]) -> Option<DeleteReason> {
+    if let Some(f) = facts.iter().find(|f| terminating(f.pod)) {
+        return Some(DeleteReason::MemberDeleted {
+            pod: f.pod.name().to_string(),
+        });
+    }
+    facts.iter().find_map(|f| {
+        let pod = || f.pod.name().to_string();
+        match f.pod.phase.as_deref() {
+            Some("Failed") => Some(DeleteReason::MemberFailed { pod: pod() }),
+            Some("Succeeded") => Some(DeleteReason::MemberExited { pod: pod() }),
+            _ => f.pod.restarted_container.as_ref().map(|container| {
+                DeleteReason::ContainerRestarted {
+                    pod: pod(),
+                    container: container.clone(),
+                }
+            }),
+        }
+    })
+}
+
+/// Every member needs its own host index in `0..hosts`.
+fn bad_host_index(facts: &[PodFacts<'_>], hosts: u32) -> Option<DeleteReason> {
+    let mut seen = vec![false; hosts as usize];
+    for f in facts {
+        match f.host {
+            Some(h) if h < u64::from(hosts) => {
+                if std::mem::replace(&mut seen[h as usize], true) {
+                    return Some(DeleteReason::DuplicateHostIndex { host: h as u32 });
+                }
+            }
+            _ => {
+                return Some(DeleteReason::BadHostIndex {
+                    pod: f.pod.name().to_string(),
+                });
+            }
+        }
+    }
+    None
+}
+
+/// Just created: the watch caches may not show every member yet (thousands of pods arrive
+/// one event at a time). Only a group that stays incomplete is broken.
+fn incomplete(facts: &[PodFacts<'_>], hosts: u32, now: Timestamp) -> Verdict {
+    let newest = facts
+        .iter()
+        .filter_map(|f| f.pod.metadata.creation_timestamp.as_ref().map(|t| t.0))
+        .max();
+    if let Some(until) = newest.and_then(|t| t.saturating_add(INCOMPLETE_GRACE).ok())
+        && until > now
+    {
+        return Verdict::Settling { until };
+    }
+    Verdict::Broken(DeleteReason::Incomplete {
+        present: facts.len() as u32,
+        expected: hosts,
+    })
+}
+
 pub fn is_running_and_ready(pod: &LeanPod) -> bool {
     pod.phase.as_deref() == Some("Running")
         && pod.metadata.deletion_timestamp.is_none()
         && pod.ready
 }
+
+#[cfg(test)]
+mod tests;

@@ -35,11 +35,23 @@ pub(super) fn cluster_status(
         groups: groups.iter().map(|g| g.status.clone()).collect(),
     };
     let exhausted: Vec<&str> = groups.iter().filter_map(|g| g.exhausted).collect();
+    status.phase = phase(tc, groups, &status, !exhausted.is_empty());
+    set_conditions(&mut status, groups, &exhausted, generation, now);
+    status
+}
+
+/// The first that applies: Failed, Suspended, WaitingForSlices, Restarting, Running.
+fn phase(
+    tc: &TrainCluster,
+    groups: &[GroupView<'_>],
+    status: &TrainClusterStatus,
+    exhausted: bool,
+) -> Phase {
     let all_ready = groups.iter().all(|g| {
         g.status.ready_slices == g.status.desired_slices
             && g.status.replicas.len() as u32 == g.status.desired_slices
     });
-    status.phase = if !exhausted.is_empty() {
+    if exhausted {
         Phase::Failed
     } else if tc.spec.suspend {
         Phase::Suspended
@@ -51,17 +63,18 @@ pub(super) fn cluster_status(
         Phase::Running
     } else {
         Phase::Pending
-    };
+    }
+}
 
-    set_condition(
-        &mut status,
-        CONDITION_VALID,
-        true,
-        "Valid",
-        "",
-        generation,
-        now,
-    );
+/// The standard conditions: Valid, SlicesAvailable, Ready and Failed.
+fn set_conditions(
+    status: &mut TrainClusterStatus,
+    groups: &[GroupView<'_>],
+    exhausted: &[&str],
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    set_condition(status, CONDITION_VALID, true, "Valid", "", generation, now);
     let short: Vec<String> = groups
         .iter()
         .filter(|g| g.status.available_slices < g.min.max(1))
@@ -76,7 +89,7 @@ pub(super) fn cluster_status(
         .collect();
     let enough = short.is_empty();
     set_condition(
-        &mut status,
+        status,
         CONDITION_SLICES_AVAILABLE,
         enough,
         if enough {
@@ -104,7 +117,7 @@ pub(super) fn cluster_status(
         ),
     };
     set_condition(
-        &mut status,
+        status,
         CONDITION_READY,
         ready,
         reason,
@@ -114,7 +127,7 @@ pub(super) fn cluster_status(
     );
     let failed = !exhausted.is_empty();
     set_condition(
-        &mut status,
+        status,
         CONDITION_FAILED,
         failed,
         if failed {
@@ -126,7 +139,6 @@ pub(super) fn cluster_status(
         generation,
         now,
     );
-    status
 }
 
 fn phase_reason(phase: Phase) -> &'static str {
@@ -184,5 +196,150 @@ pub(crate) fn set_condition(
             });
             true
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::Membership;
+    use crate::testing::{at, train_cluster};
+
+    fn group(desired: u32, ready: u32, replicas: u32) -> GroupStatus {
+        GroupStatus {
+            name: "workers".into(),
+            desired_slices: desired,
+            ready_slices: ready,
+            available_slices: desired,
+            replicas: (0..replicas).collect(),
+            ..Default::default()
+        }
+    }
+
+    fn view(status: &GroupStatus) -> GroupView<'_> {
+        GroupView {
+            status,
+            waiting: false,
+            restarting: false,
+            exhausted: None,
+            min: 1,
+        }
+    }
+
+    fn phase_for(groups: &[GroupView<'_>], suspend: bool) -> Phase {
+        let mut tc = train_cluster(Membership::Independent, 1, 2);
+        tc.spec.suspend = suspend;
+        cluster_status(&tc, &TrainClusterStatus::default(), groups, at(0)).phase
+    }
+
+    #[test]
+    fn the_phase_is_the_first_that_applies() {
+        let (ready, starting) = (group(2, 2, 2), group(2, 1, 2));
+        assert_eq!(phase_for(&[view(&ready)], false), Phase::Running);
+        assert_eq!(phase_for(&[view(&starting)], false), Phase::Pending);
+        let restarting = GroupView {
+            restarting: true,
+            ..view(&ready)
+        };
+        assert_eq!(phase_for(&[restarting], false), Phase::Restarting);
+        let waiting = GroupView {
+            waiting: true,
+            restarting: true,
+            ..view(&ready)
+        };
+        assert_eq!(phase_for(&[waiting], false), Phase::WaitingForSlices);
+        let nothing = group(0, 0, 0);
+        assert_eq!(phase_for(&[view(&nothing)], false), Phase::WaitingForSlices);
+        let suspended = GroupView {
+            waiting: true,
+            ..view(&ready)
+        };
+        assert_eq!(phase_for(&[suspended], true), Phase::Suspended);
+        let spent = GroupView {
+            exhausted: Some("spent"),
+            ..view(&ready)
+        };
+        assert_eq!(phase_for(&[spent], true), Phase::Failed);
+    }
+
+    #[test]
+    fn conditions_say_what_is_short_and_what_is_spent() {
+        let tc = train_cluster(Membership::Independent, 2, 2);
+        let mut short = group(1, 1, 1);
+        short.available_slices = 1;
+        let spent = GroupView {
+            exhausted: Some("group workers: spent"),
+            min: 2,
+            ..view(&short)
+        };
+        let status = cluster_status(&tc, &TrainClusterStatus::default(), &[spent], at(0));
+        let condition = |type_: &str| {
+            let c = status.conditions.iter().find(|c| c.type_ == type_).unwrap();
+            (c.status.as_str(), c.reason.as_str(), c.message.as_str())
+        };
+        assert_eq!(
+            condition(CONDITION_SLICES_AVAILABLE),
+            (
+                "False",
+                "NotEnoughSlices",
+                "group workers: 1 of slices.min 2 available"
+            )
+        );
+        assert_eq!(
+            condition(CONDITION_FAILED),
+            ("True", "RestartBudgetExhausted", "group workers: spent")
+        );
+        assert_eq!(
+            condition(CONDITION_READY),
+            ("False", "RestartBudgetExhausted", "1 of 1 slice(s) ready")
+        );
+        assert_eq!(condition(CONDITION_VALID), ("True", "Valid", ""));
+    }
+
+    #[test]
+    fn a_condition_keeps_its_transition_time_until_its_status_flips() {
+        let mut status = TrainClusterStatus::default();
+        assert!(set_condition(
+            &mut status,
+            "X",
+            true,
+            "A",
+            "",
+            Some(1),
+            at(0)
+        ));
+        assert!(!set_condition(
+            &mut status,
+            "X",
+            true,
+            "A",
+            "",
+            Some(1),
+            at(5)
+        ));
+        assert!(set_condition(
+            &mut status,
+            "X",
+            true,
+            "B",
+            "m",
+            Some(1),
+            at(10)
+        ));
+        assert_eq!(status.conditions[0].last_transition_time, at(0).to_string());
+        assert!(set_condition(
+            &mut status,
+            "X",
+            false,
+            "B",
+            "m",
+            Some(1),
+            at(20)
+        ));
+        assert_eq!(
+            status.conditions[0].last_transition_time,
+            at(20).to_string()
+        );
+        assert_eq!(status.conditions.len(), 1);
     }
 }

@@ -1,0 +1,188 @@
+//! Assembling the results: what each group adds to the status, then the cluster's status,
+//! the budget event, and when to look again.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+
+use super::cluster::Planner;
+use super::observe::ObservedReplica;
+use super::{EventType, Plan, status};
+use crate::api::validate::ResolvedGroup;
+use crate::api::{GroupStatus, Phase};
+
+/// What one worker group contributes to the cluster-wide status.
+#[derive(Debug)]
+pub(super) struct GroupSummary {
+    pub status: GroupStatus,
+    pub waiting: bool,
+    pub restarting: bool,
+    /// Why this group's failure budget is spent, if it is.
+    pub exhausted: Option<String>,
+    pub min: u32,
+}
+
+/// Finish the group's memory with what is running now: `kept` replicas (those ready count
+/// as ready slices) and every index that has pods (`replicas`).
+pub(super) fn group_summary(
+    mut memory: GroupStatus,
+    group: &ResolvedGroup<'_>,
+    kept: &[&ObservedReplica<'_>],
+    replicas: Vec<u32>,
+    waiting: bool,
+    restarting: bool,
+    exhausted: Option<String>,
+) -> GroupSummary {
+    memory.ready_slices = kept.iter().filter(|r| r.ready).count() as u32;
+    memory.replicas = replicas;
+    GroupSummary {
+        status: memory,
+        waiting,
+        restarting,
+        exhausted,
+        min: group.spec.slices.min,
+    }
+}
+
+/// Indexes with pods after this plan: those observed (even if leaving) and those created,
+/// in order.
+pub(super) fn replicas_with_pods(mut occupied: BTreeSet<u32>, created: &[u32]) -> Vec<u32> {
+    occupied.extend(created.iter().copied());
+    occupied.into_iter().collect()
+}
+
+/// How long until `wake`, at least a second (never a busy loop).
+pub(super) fn requeue_after(wake: Option<Timestamp>, now: Timestamp) -> Option<Duration> {
+    wake.map(|at| {
+        let wait = at.duration_since(now).max(SignedDuration::from_secs(1));
+        Duration::try_from(wait).unwrap_or(Duration::from_secs(1))
+    })
+}
+
+impl Planner<'_> {
+    /// The cluster status from every group's summary; an event when the cluster fails.
+    pub(super) fn finish(mut self, summaries: Vec<GroupSummary>) -> Plan {
+        let status = status::cluster_status(
+            self.tc,
+            self.previous,
+            &summaries_view(&summaries),
+            self.now,
+        );
+        if status.phase == Phase::Failed && self.previous.phase != Phase::Failed {
+            let why = summaries
+                .iter()
+                .filter_map(|s| s.exhausted.clone())
+                .collect::<Vec<_>>()
+                .join("; ");
+            self.emit(EventType::Warning, "RestartBudgetExhausted", why);
+        }
+        self.plan.status = status;
+        self.plan.requeue_after = requeue_after(self.wake, self.now);
+        self.plan
+    }
+}
+
+fn summaries_view(summaries: &[GroupSummary]) -> Vec<status::GroupView<'_>> {
+    summaries
+        .iter()
+        .map(|s| status::GroupView {
+            status: &s.status,
+            waiting: s.waiting,
+            restarting: s.restarting,
+            exhausted: s.exhausted.as_deref(),
+            min: s.min,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::Membership;
+    use crate::planner::observe::Verdict;
+    use crate::planner::tests::{Scene, replica};
+    use crate::testing::at;
+
+    fn summary(name: &str, exhausted: Option<&str>) -> GroupSummary {
+        GroupSummary {
+            status: GroupStatus {
+                name: name.into(),
+                ..Default::default()
+            },
+            waiting: false,
+            restarting: false,
+            exhausted: exhausted.map(str::to_string),
+            min: 1,
+        }
+    }
+
+    #[test]
+    fn group_summary_counts_ready_kept_replicas_and_lists_every_index_with_pods() {
+        let scene = Scene::fresh(Membership::Independent, 2, 4, 0);
+        let group = scene.group();
+        let mut not_ready = replica(1, Some(1), Verdict::Healthy);
+        not_ready.ready = false;
+        let ready = replica(0, Some(1), Verdict::Healthy);
+        let replicas = replicas_with_pods(BTreeSet::from([0, 1, 5]), &[2, 3]);
+        assert_eq!(replicas, [0, 1, 2, 3, 5]);
+        let s = group_summary(
+            GroupStatus::default(),
+            &group,
+            &[&ready, &not_ready],
+            replicas,
+            false,
+            true,
+            None,
+        );
+        assert_eq!(s.status.ready_slices, 1);
+        assert_eq!(s.status.replicas, [0, 1, 2, 3, 5]);
+        assert_eq!((s.min, s.restarting), (2, true));
+    }
+
+    #[test]
+    fn requeue_is_at_least_a_second_and_only_when_asked() {
+        assert_eq!(requeue_after(None, at(0)), None);
+        assert_eq!(
+            requeue_after(Some(at(25)), at(0)),
+            Some(Duration::from_secs(25))
+        );
+        assert_eq!(
+            requeue_after(Some(at(0)), at(10)),
+            Some(Duration::from_secs(1)),
+            "overdue"
+        );
+        assert_eq!(
+            requeue_after(Some(at(0) + SignedDuration::from_millis(300)), at(0)),
+            Some(Duration::from_secs(1)),
+            "never sooner than a second"
+        );
+    }
+
+    #[test]
+    fn a_newly_failed_cluster_says_why_once() {
+        let scene = Scene::fresh(Membership::Independent, 1, 1, 0);
+        let mut planner = scene.planner();
+        planner.wake_at(scene.world.now + SignedDuration::from_secs(7));
+        let plan = planner.finish(vec![
+            summary("a", Some("group a: spent")),
+            summary("b", None),
+            summary("c", Some("group c: spent")),
+        ]);
+        assert_eq!(plan.status.phase, Phase::Failed);
+        assert_eq!(plan.status.groups.len(), 3);
+        assert_eq!(plan.requeue_after, Some(Duration::from_secs(7)));
+        let event = plan.events.last().unwrap();
+        assert_eq!(
+            (event.reason, event.note.as_str()),
+            ("RestartBudgetExhausted", "group a: spent; group c: spent")
+        );
+        let mut scene = scene;
+        scene.previous.phase = Phase::Failed;
+        let plan = scene
+            .planner()
+            .finish(vec![summary("a", Some("group a: spent"))]);
+        assert_eq!(plan.status.phase, Phase::Failed);
+        assert!(plan.events.is_empty(), "already failed");
+    }
+}

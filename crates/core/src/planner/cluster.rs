@@ -1,0 +1,272 @@
+//! The plan for one valid TrainCluster: its pods sorted by worker group, each group planned
+//! in turn (`group`), leftovers of groups no longer in the spec deleted, then the head pod
+//! and the cluster status (`assemble`).
+
+use std::collections::{BTreeMap, HashSet};
+
+use jiff::Timestamp;
+
+use super::observe::PodFacts;
+use super::{DeleteReason, Plan, budget, render};
+use crate::api::validate::ResolvedGroup;
+use crate::api::{GroupStatus, TrainCluster, TrainClusterStatus};
+use crate::constants::ROLE_HEAD;
+use crate::inventory::Inventory;
+use crate::lean::LeanPod;
+
+/// The plan of one TrainCluster under construction. The phases (one module each) add to it
+/// through the methods in `effects`.
+pub(super) struct Planner<'a> {
+    pub(super) tc: &'a TrainCluster,
+    /// The last status written: the planner's memory of its own decisions.
+    pub(super) previous: &'a TrainClusterStatus,
+    pub(super) inventory: &'a Inventory,
+    pub(super) now: Timestamp,
+    /// Free slices already promised: to another cluster (reservations) or to an earlier
+    /// worker group in this plan.
+    pub(super) claimed: HashSet<String>,
+    pub(super) plan: Plan,
+    /// The earliest moment something pending (backoff, grace, growth) needs another look.
+    pub(super) wake: Option<Timestamp>,
+}
+
+impl<'a> Planner<'a> {
+    pub(super) fn new(
+        tc: &'a TrainCluster,
+        previous: &'a TrainClusterStatus,
+        inventory: &'a Inventory,
+        reserved: HashSet<String>,
+        plan: Plan,
+        now: Timestamp,
+    ) -> Planner<'a> {
+        Planner {
+            tc,
+            previous,
+            inventory,
+            now,
+            claimed: reserved,
+            plan,
+            wake: None,
+        }
+    }
+
+    /// Plan every worker group in spec order (so earlier groups get the first pick of free
+    /// slices), then the pods no group owns any more, the head pod and the status.
+    pub(super) fn run(mut self, groups: &[ResolvedGroup<'a>], pods: &[PodFacts<'a>]) -> Plan {
+        let tc = self.tc;
+        // Slices our pods are pinned to are taken, whatever a moment-old inventory says.
+        self.claimed
+            .extend(pods.iter().filter_map(|f| f.slice.map(str::to_string)));
+        let past = budget::PastFailure::of(self.previous, tc.metadata.generation);
+        let (head_pods, mut by_group) = split_by_group(pods);
+        let mut summaries = Vec::new();
+        for group in groups {
+            let pods = by_group.remove(group.name()).unwrap_or_default();
+            let memory = group_memory(self.previous, group.name(), past.reset);
+            summaries.push(self.plan_group(group, &pods, memory, past.sticky));
+        }
+        self.delete_unknown_groups(by_group);
+        self.plan_head(tc.metadata.name.as_deref().unwrap_or_default(), &head_pods);
+        self.finish(summaries)
+    }
+
+    /// Pods of groups no longer in the spec go, whole.
+    fn delete_unknown_groups(&mut self, leftovers: ByGroup<'_>) {
+        for (name, facts) in leftovers {
+            let pods: Vec<&LeanPod> = facts.iter().map(|f| f.pod).collect();
+            let reason = DeleteReason::UnknownGroup {
+                group: name.to_string(),
+            };
+            self.delete_whole(name, None, reason, &pods);
+        }
+    }
+
+    /// One head pod, named after the cluster, while the spec wants one and is not suspended.
+    /// Unwanted, failed or misnamed head pods are deleted; a new one is created only once
+    /// none is left (so a failed head is replaced on the next plan).
+    fn plan_head(&mut self, cluster: &str, head_pods: &[&LeanPod]) {
+        let spec = &self.tc.spec;
+        let wanted = spec.head.is_some() && !spec.suspend;
+        let mut present = false;
+        for pod in head_pods {
+            let failed = crate::inventory::is_terminal(pod);
+            let stray = pod.name() != render::head_pod_name(cluster);
+            if !wanted || failed || stray {
+                let reason = if !wanted {
+                    DeleteReason::Suspended
+                } else if failed {
+                    DeleteReason::MemberFailed {
+                        pod: pod.name().to_string(),
+                    }
+                } else {
+                    DeleteReason::BadReplicaIndex
+                };
+                self.delete_whole("head", None, reason, &[pod]);
+            }
+            present = true;
+        }
+        if wanted && !present {
+            self.plan.create_head = render::head_pod(self.tc);
+        }
+    }
+}
+
+/// Worker pods by their group label.
+type ByGroup<'a> = BTreeMap<&'a str, Vec<PodFacts<'a>>>;
+
+/// The head's pods apart; worker pods by their group label (pods without one under "").
+/// One pass, no copies of pods: the facts are small and `Copy`.
+fn split_by_group<'a>(pods: &[PodFacts<'a>]) -> (Vec<&'a LeanPod>, ByGroup<'a>) {
+    let mut by_group: ByGroup<'a> = BTreeMap::new();
+    let mut head_pods = Vec::new();
+    for facts in pods {
+        match facts.role {
+            Some(ROLE_HEAD) => head_pods.push(facts.pod),
+            _ => by_group
+                .entry(facts.group.unwrap_or(""))
+                .or_default()
+                .push(*facts),
+        }
+    }
+    (head_pods, by_group)
+}
+
+/// What the planner remembers of a group from its last status (nothing, for a new group);
+/// with `reset_budget`, its restarts, preemptions and backoff are forgotten.
+fn group_memory(previous: &TrainClusterStatus, name: &str, reset_budget: bool) -> GroupStatus {
+    let mut memory = previous
+        .groups
+        .iter()
+        .find(|g| g.name == name)
+        .cloned()
+        .unwrap_or_else(|| GroupStatus {
+            name: name.to_string(),
+            ..Default::default()
+        });
+    if reset_budget {
+        budget::reset(&mut memory);
+    }
+    memory
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::api::{HeadSpec, Membership};
+    use crate::planner::tests::Scene;
+    use crate::testing::*;
+
+    /// A settled one-slice cluster with a head pod (which `World` does not create itself).
+    fn world_with_head() -> World {
+        let mut tc = train_cluster(Membership::Multislice, 1, 1);
+        tc.spec.head = Some(HeadSpec {
+            template: worker_template(0),
+        });
+        let mut world = World::new(tc, v6e_pools(1));
+        let head = world.plan().create_head.expect("head planned");
+        world.settle(3);
+        world.pods.push(Arc::new(run_on(head, "cpu-node")));
+        assert!(world.plan().is_noop());
+        world
+    }
+
+    #[test]
+    fn split_by_group_sets_the_head_apart_and_keys_workers_by_group_label() {
+        let mut world = world_with_head();
+        let mut unlabelled = (*world.pods[0]).clone();
+        unlabelled.metadata.name = Some("no-group".into());
+        unlabelled
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .remove(crate::constants::LABEL_GROUP);
+        world.pods.push(Arc::new(unlabelled));
+        let scene = Scene::new(world);
+        let facts = scene.facts();
+        let (head, by_group) = split_by_group(&facts);
+        assert_eq!(
+            head.iter().map(|p| p.name()).collect::<Vec<_>>(),
+            ["demo-head"]
+        );
+        assert_eq!(
+            by_group.keys().copied().collect::<Vec<_>>(),
+            ["", "workers"]
+        );
+        assert_eq!(by_group["workers"].len(), 4);
+        assert_eq!(by_group[""][0].pod.name(), "no-group");
+    }
+
+    #[test]
+    fn group_memory_remembers_known_groups_and_starts_new_ones_empty() {
+        let previous = TrainClusterStatus {
+            groups: vec![GroupStatus {
+                name: "workers".into(),
+                epoch: 4,
+                restarts: 2,
+                preemptions: 1,
+                backoff_until: Some("2030-01-01T00:00:00Z".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let known = group_memory(&previous, "workers", false);
+        assert_eq!((known.epoch, known.restarts, known.preemptions), (4, 2, 1));
+        assert!(known.backoff_until.is_some());
+        let fresh = group_memory(&previous, "other", false);
+        assert_eq!(
+            fresh,
+            GroupStatus {
+                name: "other".into(),
+                ..Default::default()
+            }
+        );
+    }
+
+    #[test]
+    fn group_memory_with_a_reset_budget_keeps_the_epoch_but_forgets_failures() {
+        let previous = TrainClusterStatus {
+            groups: vec![GroupStatus {
+                name: "workers".into(),
+                epoch: 4,
+                restarts: 2,
+                preemptions: 1,
+                backoff_until: Some("2030-01-01T00:00:00Z".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let reset = group_memory(&previous, "workers", true);
+        assert_eq!((reset.epoch, reset.restarts, reset.preemptions), (4, 0, 0));
+        assert_eq!(reset.backoff_until, None);
+    }
+
+    #[test]
+    fn a_head_pod_with_the_wrong_name_is_removed_and_the_right_one_planned() {
+        let mut world = world_with_head();
+        world.pod_mut("demo-head").metadata.name = Some("demo-head-old".into());
+        let plan = world.plan();
+        assert_eq!(plan.delete.len(), 1);
+        assert_eq!(
+            (plan.delete[0].group.as_str(), plan.delete[0].reason.code()),
+            ("head", "BadReplicaIndex")
+        );
+        assert!(
+            plan.create_head.is_none(),
+            "a head pod is present (if misnamed): the stray goes first"
+        );
+    }
+
+    #[test]
+    fn suspending_removes_the_head_pod() {
+        let mut world = world_with_head();
+        world.cluster.spec.suspend = true;
+        let plan = world.plan();
+        let head: Vec<_> = plan.delete.iter().filter(|d| d.group == "head").collect();
+        assert_eq!(head.len(), 1);
+        assert_eq!(head[0].reason.code(), "Suspended");
+        assert!(plan.create_head.is_none());
+    }
+}

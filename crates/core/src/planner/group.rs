@@ -1,0 +1,127 @@
+//! One worker group's plan: the phases in order, each in its own module. What a phase
+//! decides flows to the next as a value; the plan itself is only added to.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+use jiff::{SignedDuration, Timestamp};
+
+use super::assemble::{self, GroupSummary};
+use super::cluster::Planner;
+use super::observe::{self, ObservedReplica, PodFacts};
+use super::{DeleteReason, budget, place, retire};
+use crate::api::validate::ResolvedGroup;
+use crate::api::{GroupStatus, Membership};
+use crate::inventory::Slice;
+
+/// How long old pods usually take to go; look again then.
+const LEAVING_RECHECK: SignedDuration = SignedDuration::from_secs(2);
+
+impl<'a> Planner<'a> {
+    /// Plan one worker group from its pods and its memory (the group's last status).
+    /// `sticky_failed`: the cluster failed under this spec and stays failed.
+    pub(super) fn plan_group(
+        &mut self,
+        group: &ResolvedGroup<'a>,
+        pods: &[PodFacts<'a>],
+        mut memory: GroupStatus,
+        sticky_failed: bool,
+    ) -> GroupSummary {
+        let name = group.name();
+        let multislice = self.tc.spec.membership == Membership::Multislice;
+        let grace = self.node_grace();
+
+        // Observe and judge: what runs, what must go, what broke and what that costs.
+        let observed = self.observe_group(group, pods, grace, &mut memory);
+        let (mut kept, tally) = self.judge_group(name, &observed, memory.epoch, multislice);
+        let exhausted = self.charge_budget(name, &tally, &mut memory);
+        let failed = sticky_failed || exhausted.is_some();
+
+        // Size: from the slices this group holds or can take.
+        let own: HashSet<&str> = observed.values().filter_map(|r| r.slice).collect();
+        let usable = self.usable_slices(group, &own, grace);
+        memory.available_slices = usable.len() as u32;
+        let sizing = self.size_group(group, &mut memory, failed);
+
+        // Retire what the size has no room for, as whole groups.
+        let retirement = retire::decide(multislice, &sizing, &tally, &kept, observed.is_empty());
+        self.retire(name, &mut kept, retirement, &mut memory.epoch);
+
+        // Place: create the missing groups, unless backing off or failed.
+        // Replicas observed but not kept are leaving: deleted now, or already draining.
+        let leaving = observed.len() - kept.len();
+        let occupied: BTreeSet<u32> = observed.keys().copied().collect();
+        let backoff_until = budget::backoff_pending(&memory, self.now);
+        let wanted = if sizing.target > 0 && backoff_until.is_none() && !failed {
+            place::wanted_replicas(multislice, sizing.target, &occupied, kept.len(), leaving)
+        } else {
+            Vec::new()
+        };
+        let mut free = place::free_slices(&usable, &own);
+        let created = self.create_replicas(group, &mut memory, sizing.target, wanted, &mut free);
+        let still_wanted = (sizing.target as usize).saturating_sub(kept.len() + created.len());
+        self.promise(&free, still_wanted);
+
+        self.wake_for_pending(backoff_until, leaving, &usable, grace);
+        let restarting = !failed && (backoff_until.is_some() || leaving > 0) && sizing.target > 0;
+        assemble::group_summary(
+            memory,
+            group,
+            &kept,
+            assemble::replicas_with_pods(occupied, &created),
+            sizing.waiting(),
+            restarting,
+            budget::exhaustion(exhausted, sticky_failed),
+        )
+    }
+
+    /// How long a NotReady node is tolerated before its group counts as lost.
+    fn node_grace(&self) -> SignedDuration {
+        let seconds = self.tc.spec.failure_policy.node_not_ready_grace_seconds;
+        SignedDuration::from_secs(seconds.into())
+    }
+
+    /// Gather the group's pods into replicas (pods with no usable replica index are deleted:
+    /// they can never join a complete group) and advance the incarnation counter past every
+    /// incarnation seen.
+    fn observe_group(
+        &mut self,
+        group: &ResolvedGroup<'a>,
+        pods: &[PodFacts<'a>],
+        grace: SignedDuration,
+        memory: &mut GroupStatus,
+    ) -> BTreeMap<u32, ObservedReplica<'a>> {
+        let tpu = group.shape.is_some();
+        let (observed, strays) =
+            observe::replicas(pods, group.hosts, tpu, self.inventory, self.now, grace);
+        if !strays.is_empty() {
+            self.delete_whole(group.name(), None, DeleteReason::BadReplicaIndex, &strays);
+        }
+        memory.next_incarnation = observe::next_incarnation(memory.next_incarnation, &observed);
+        observed
+    }
+
+    /// Look again when something pending resolves: the backoff ends, old pods are gone (soon),
+    /// a NotReady node's grace ends on a slice the group holds or might take.
+    fn wake_for_pending(
+        &mut self,
+        backoff_until: Option<Timestamp>,
+        leaving: usize,
+        usable: &[&Slice],
+        grace: SignedDuration,
+    ) {
+        if let Some(t) = backoff_until {
+            self.wake_at(t);
+        }
+        if leaving > 0 {
+            self.wake_at(self.now + LEAVING_RECHECK);
+        }
+        for slice in usable {
+            if let Some(t) = self.inventory.grace_deadline(slice, grace) {
+                self.wake_at(t);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

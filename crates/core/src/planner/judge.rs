@@ -1,0 +1,224 @@
+//! Judging a group's observed replicas: which stay, which are deleted whole (and why), and
+//! what their breaking costs the failure budget.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+
+use super::cluster::Planner;
+use super::observe::{ObservedReplica, Verdict};
+use super::{DeleteReason, DisruptionKind};
+
+/// What broke this round, as charged to the budget.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Tally {
+    pub failures: u32,
+    pub preemptions: u32,
+    /// A replica of the current epoch broke: a multislice job must restart.
+    pub broken_current_epoch: bool,
+}
+
+/// The verdicts applied: replicas kept, replicas to delete.
+#[derive(Debug)]
+pub(super) struct Judgement<'r, 'a> {
+    /// Healthy or settling replicas (of the current epoch, in a multislice job), in
+    /// replica order.
+    pub kept: Vec<&'r ObservedReplica<'a>>,
+    /// Replicas to delete whole, in replica order. Draining replicas are in neither list:
+    /// their pods are already going.
+    pub doomed: Vec<(&'r ObservedReplica<'a>, DeleteReason)>,
+    /// When the earliest settling replica must be looked at again.
+    pub settle_until: Option<Timestamp>,
+    pub tally: Tally,
+}
+
+/// Keep, wait for, or delete each replica of a group whose current epoch is `epoch`.
+pub(super) fn judge_replicas<'r, 'a>(
+    observed: &'r BTreeMap<u32, ObservedReplica<'a>>,
+    epoch: u64,
+    multislice: bool,
+) -> Judgement<'r, 'a> {
+    let mut kept = Vec::new();
+    let mut doomed = Vec::new();
+    let mut settle_until: Option<Timestamp> = None;
+    let mut tally = Tally::default();
+    for replica in observed.values() {
+        // A multislice job's members must all be of its current epoch to talk to each other.
+        let stale = multislice && replica.epoch != Some(epoch);
+        match &replica.verdict {
+            Verdict::Draining => {}
+            Verdict::Settling { .. } | Verdict::Healthy if stale => {
+                doomed.push((replica, DeleteReason::EpochChanged { epoch }));
+            }
+            // Kept (it occupies its index and slice); looked at again when the grace ends.
+            Verdict::Settling { until } => {
+                settle_until = Some(settle_until.map_or(*until, |t| t.min(*until)));
+                kept.push(replica);
+            }
+            Verdict::Broken(reason) => {
+                match reason.kind() {
+                    DisruptionKind::Failure => tally.failures += 1,
+                    DisruptionKind::Preemption => tally.preemptions += 1,
+                    DisruptionKind::Maintenance => {}
+                }
+                tally.broken_current_epoch |= replica.epoch == Some(epoch);
+                doomed.push((replica, reason.clone()));
+            }
+            Verdict::Healthy => kept.push(replica),
+        }
+    }
+    // A multislice job restarts as one: one restart however many slices failed.
+    if multislice {
+        tally.failures = tally.failures.min(1);
+        tally.preemptions = tally.preemptions.min(1);
+    }
+    Judgement {
+        kept,
+        doomed,
+        settle_until,
+        tally,
+    }
+}
+
+impl<'a> Planner<'a> {
+    /// Judge the group's replicas and delete the doomed ones whole, each with its own event.
+    /// Returns the replicas kept and what broke.
+    pub(super) fn judge_group<'r>(
+        &mut self,
+        name: &str,
+        observed: &'r BTreeMap<u32, ObservedReplica<'a>>,
+        epoch: u64,
+        multislice: bool,
+    ) -> (Vec<&'r ObservedReplica<'a>>, Tally) {
+        let judgement = judge_replicas(observed, epoch, multislice);
+        if let Some(until) = judgement.settle_until {
+            self.wake_at(until);
+        }
+        for (replica, reason) in judgement.doomed {
+            self.delete_replica(name, replica, reason);
+        }
+        (judgement.kept, judgement.tally)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::planner::tests::replica;
+    use crate::testing::at;
+
+    fn observed(
+        replicas: Vec<ObservedReplica<'static>>,
+    ) -> BTreeMap<u32, ObservedReplica<'static>> {
+        replicas.into_iter().map(|r| (r.replica, r)).collect()
+    }
+
+    fn indexes(kept: &[&ObservedReplica<'_>]) -> Vec<u32> {
+        kept.iter().map(|r| r.replica).collect()
+    }
+
+    fn failed(pod: &str) -> Verdict {
+        Verdict::Broken(DeleteReason::MemberFailed { pod: pod.into() })
+    }
+
+    fn lost(pod: &str) -> Verdict {
+        Verdict::Broken(DeleteReason::NodeLost {
+            pod: pod.into(),
+            detail: "gone".into(),
+        })
+    }
+
+    #[test]
+    fn healthy_and_settling_stay_broken_go_and_draining_is_left_alone() {
+        let observed = observed(vec![
+            replica(0, Some(1), Verdict::Healthy),
+            replica(1, Some(1), failed("p1")),
+            replica(2, Some(1), Verdict::Draining),
+            replica(3, Some(1), Verdict::Settling { until: at(20) }),
+            replica(4, Some(1), Verdict::Settling { until: at(10) }),
+        ]);
+        let judged = judge_replicas(&observed, 1, false);
+        assert_eq!(indexes(&judged.kept), [0, 3, 4]);
+        let doomed: Vec<_> = judged
+            .doomed
+            .iter()
+            .map(|(r, why)| (r.replica, why.code()))
+            .collect();
+        assert_eq!(doomed, [(1, "MemberFailed")]);
+        assert_eq!(judged.settle_until, Some(at(10)), "the earliest grace end");
+    }
+
+    #[test]
+    fn independent_replicas_count_every_failure_and_preemption_and_ignore_epochs() {
+        let observed = observed(vec![
+            replica(0, Some(7), Verdict::Healthy),
+            replica(1, Some(1), failed("p1")),
+            replica(2, Some(1), failed("p2")),
+            replica(3, Some(1), lost("p3")),
+            replica(4, Some(1), Verdict::Broken(DeleteReason::MixedEpochs)),
+        ]);
+        let judged = judge_replicas(&observed, 1, false);
+        assert_eq!(indexes(&judged.kept), [0], "epochs do not matter");
+        assert_eq!(
+            (judged.tally.failures, judged.tally.preemptions),
+            (2, 1),
+            "maintenance is free"
+        );
+    }
+
+    #[test]
+    fn multislice_members_of_another_epoch_are_deleted_even_when_healthy() {
+        let observed = observed(vec![
+            replica(0, Some(2), Verdict::Healthy),
+            replica(1, Some(1), Verdict::Healthy),
+            replica(2, Some(1), Verdict::Settling { until: at(10) }),
+        ]);
+        let judged = judge_replicas(&observed, 2, true);
+        assert_eq!(indexes(&judged.kept), [0]);
+        let doomed: Vec<_> = judged
+            .doomed
+            .iter()
+            .map(|(r, why)| (r.replica, why.clone()))
+            .collect();
+        assert_eq!(
+            doomed,
+            [
+                (1, DeleteReason::EpochChanged { epoch: 2 }),
+                (2, DeleteReason::EpochChanged { epoch: 2 })
+            ]
+        );
+        assert_eq!(
+            judged.settle_until, None,
+            "a stale settler is not waited for"
+        );
+        assert!(!judged.tally.broken_current_epoch);
+    }
+
+    #[test]
+    fn a_multislice_job_is_charged_once_however_many_slices_broke() {
+        let observed = observed(vec![
+            replica(0, Some(3), failed("p0")),
+            replica(1, Some(3), failed("p1")),
+            replica(2, Some(3), lost("p2")),
+            replica(3, Some(3), lost("p3")),
+        ]);
+        let judged = judge_replicas(&observed, 3, true);
+        assert_eq!(
+            judged.tally,
+            Tally {
+                failures: 1,
+                preemptions: 1,
+                broken_current_epoch: true
+            }
+        );
+    }
+
+    #[test]
+    fn only_a_break_in_the_current_epoch_restarts_the_job() {
+        let observed = observed(vec![replica(0, Some(2), failed("p0"))]);
+        let judged = judge_replicas(&observed, 3, true);
+        assert_eq!(judged.doomed.len(), 1);
+        assert!(!judged.tally.broken_current_epoch);
+        assert_eq!(judged.tally.failures, 1, "it still counts as a failure");
+    }
+}

@@ -1,0 +1,189 @@
+//! Placing a group: which slices it may run on, which replica indexes to create, and the
+//! creation of each as a whole group pinned to its own free slice.
+
+use std::collections::{BTreeSet, HashSet};
+
+use jiff::SignedDuration;
+
+use super::cluster::Planner;
+use super::render::{self, GroupPlacement, PinnedSlice};
+use super::{EventType, GroupCreate};
+use crate::api::GroupStatus;
+use crate::api::validate::ResolvedGroup;
+use crate::inventory::{Holder, Occupancy, Slice};
+
+/// How long to wait before looking again for free slices a group needs.
+const SLICE_RETRY: SignedDuration = SignedDuration::from_secs(5);
+
+/// The replica indexes to create now. Indexes whose pods still exist (`occupied`) are never
+/// reused; `leaving` counts replicas deleted this round or already draining.
+pub(super) fn wanted_replicas(
+    multislice: bool,
+    target: u32,
+    occupied: &BTreeSet<u32>,
+    kept: usize,
+    leaving: usize,
+) -> Vec<u32> {
+    if multislice {
+        // A new epoch starts only when every pod of the old one is gone.
+        if leaving > 0 {
+            return Vec::new();
+        }
+        return (0..target).filter(|r| !occupied.contains(r)).collect();
+    }
+    let slots = (target as usize).saturating_sub(kept + leaving);
+    (0..)
+        .filter(|r| !occupied.contains(r))
+        .take(slots)
+        .collect()
+}
+
+/// The usable slices no replica of the group holds yet, in order.
+pub(super) fn free_slices<'a>(usable: &[&'a Slice], own: &HashSet<&str>) -> Vec<&'a Slice> {
+    usable
+        .iter()
+        .filter(|s| s.is_free() && !own.contains(s.id.as_str()))
+        .copied()
+        .collect()
+}
+
+impl<'a> Planner<'a> {
+    /// Whole slices of the group's shape this group may run on: ones it holds (`own`, or
+    /// per the inventory) that are not lost, then ready free ones not promised to another
+    /// group, in name order.
+    pub(super) fn usable_slices(
+        &self,
+        group: &ResolvedGroup<'_>,
+        own: &HashSet<&str>,
+        grace: SignedDuration,
+    ) -> Vec<&'a Slice> {
+        let Some(shape) = &group.shape else {
+            return Vec::new();
+        };
+        let namespace = self.tc.metadata.namespace.as_deref().unwrap_or_default();
+        let cluster = self.tc.metadata.name.as_deref().unwrap_or_default();
+        let name = group.name();
+        let accelerator = shape.generation.accelerator_label();
+        let topology = shape.topology.to_string();
+        let ours = |h: &Holder| h.namespace == namespace && h.cluster == cluster && h.group == name;
+        let mut held = Vec::new();
+        let mut free = Vec::new();
+        for slice in self.inventory.slices() {
+            if !slice.matches(accelerator, &topology, shape.hosts) {
+                continue;
+            }
+            // Our own pods are the fresher witness: the inventory may be a moment old.
+            let held_by_us = own.contains(slice.id.as_str())
+                || match &slice.occupancy {
+                    Occupancy::Held(h) => ours(h),
+                    // e.g. a leftover pod with our labels but another owner on our slice
+                    Occupancy::Contended(hs) => hs.iter().any(ours),
+                    _ => false,
+                };
+            if held_by_us {
+                if self.inventory.slice_lost(slice, self.now, grace).is_none() {
+                    held.push(slice);
+                }
+                continue;
+            }
+            match &slice.occupancy {
+                Occupancy::Free if slice.is_ready() && !self.claimed.contains(&slice.id) => {
+                    free.push(slice)
+                }
+                _ => {}
+            }
+        }
+        held.extend(free);
+        held
+    }
+
+    /// Create the `wanted` replicas, each whole and, for a slice-shaped group, on the next
+    /// of the `free` slices (taken from it). Returns the indexes created.
+    pub(super) fn create_replicas(
+        &mut self,
+        group: &ResolvedGroup<'_>,
+        memory: &mut GroupStatus,
+        target: u32,
+        wanted: Vec<u32>,
+        free: &mut Vec<&Slice>,
+    ) -> Vec<u32> {
+        let spec = &self.tc.spec;
+        let multislice = spec.membership == crate::api::Membership::Multislice;
+        let needs_slice = group.shape.is_some() && spec.elastic.wait_for_ready_slices;
+        if needs_slice && multislice && free.len() < wanted.len() {
+            // Never start part of a multislice job: wait for enough free slices.
+            self.wake_at(self.now + SLICE_RETRY);
+            return Vec::new();
+        }
+        let mut created = Vec::new();
+        for replica in wanted {
+            let slice = if group.shape.is_some() && !free.is_empty() {
+                Some(free.remove(0))
+            } else if needs_slice {
+                self.wake_at(self.now + SLICE_RETRY);
+                break;
+            } else {
+                None
+            };
+            self.create_replica(group, memory, target, replica, slice);
+            created.push(replica);
+        }
+        created
+    }
+
+    /// One replica group: all its pods, with the next incarnation, on `slice` if given.
+    fn create_replica(
+        &mut self,
+        group: &ResolvedGroup<'_>,
+        memory: &mut GroupStatus,
+        slices_in_job: u32,
+        replica: u32,
+        slice: Option<&Slice>,
+    ) {
+        let name = group.name();
+        let placement = GroupPlacement {
+            replica,
+            epoch: memory.epoch,
+            incarnation: memory.next_incarnation,
+            slices_in_job,
+            slice: slice.map(|s| PinnedSlice {
+                id: s.id.clone(),
+                single_host: s.single_host,
+            }),
+        };
+        memory.next_incarnation += 1;
+        if let Some(s) = slice {
+            self.claimed.insert(s.id.clone());
+        }
+        self.emit(
+            EventType::Normal,
+            "GroupCreated",
+            format!(
+                "group {name}: creating replica {replica} ({} pods){}, epoch {}",
+                group.hosts,
+                slice
+                    .map(|s| format!(" on slice {}", s.id))
+                    .unwrap_or_default(),
+                memory.epoch
+            ),
+        );
+        self.plan.create.push(GroupCreate {
+            group: name.to_string(),
+            replica,
+            epoch: memory.epoch,
+            slice: slice.map(|s| s.id.clone()),
+            pods: render::group_pods(self.tc, group, &placement),
+        });
+    }
+
+    /// Promise the first `count` of the remaining free slices to this group (it may still
+    /// grow into them), so a later group in this plan does not take them.
+    pub(super) fn promise(&mut self, free: &[&Slice], count: usize) {
+        for s in free.iter().take(count) {
+            self.claimed.insert(s.id.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
