@@ -370,7 +370,12 @@ pub fn uid(pod: &Pod) -> String {
 
 /// Read one counter from the in-process operator's /metrics (0 when not available).
 pub async fn metric_value(env: &Env, name: &str) -> u64 {
-    let Some(op) = env.operators.first() else {
+    operator_metric(env, 0, name)
+}
+
+/// A metric of in-process operator `i` (0 when there is none).
+pub fn operator_metric(env: &Env, i: usize, name: &str) -> u64 {
+    let Some(op) = env.operators.get(i) else {
         return 0;
     };
     let text = op.context.metrics.render();

@@ -519,12 +519,7 @@ async fn settled(env: &Env, name: &str) -> Settled {
 
 /// Completed reconciles of operator `i` (the duration is observed when one ends).
 fn completed_reconciles(env: &Env, i: usize) -> u64 {
-    let text = env.operators[i].context.metrics.render();
-    text.lines()
-        .find(|l| l.starts_with("slice_operator_reconcile_duration_seconds_count"))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    harness::operator_metric(env, i, "slice_operator_reconcile_duration_seconds_count")
 }
 
 async fn wait_reconciled(env: &Env, i: usize) {
