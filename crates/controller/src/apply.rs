@@ -153,6 +153,8 @@ pub async fn delete_group(
                         uid: Some(uid),
                         resource_version: None,
                     }),
+                    // A pod whose kubelet cannot confirm is removed without waiting for it.
+                    grace_period_seconds: group.reason.force().then_some(0),
                     ..Default::default()
                 };
                 let result = (|| bounded(api.delete(&pod.name, &params)))

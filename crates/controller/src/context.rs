@@ -43,6 +43,8 @@ pub struct Caches {
 /// What the operator remembers about one TrainCluster (by uid) between reconciles.
 #[derive(Default)]
 pub struct ClusterMemory {
+    /// Namespace and name, to drop its metrics once the cluster is gone.
+    pub key: Option<(String, String)>,
     /// The status last written: the planner's memory, newer than the cache right after a write.
     pub status: Option<TrainClusterStatus>,
     /// Pod names we created and pod uids we deleted that the cache has not reflected yet.
@@ -145,11 +147,51 @@ impl Context {
         f(all.entry(uid.to_string()).or_default())
     }
 
+    /// Remember which cluster `uid` is, so [`Context::forget_gone`] can clean up after it.
+    pub fn remember(&self, uid: &str, namespace: &str, name: &str) {
+        self.with_memory(uid, |m| {
+            m.key
+                .get_or_insert_with(|| (namespace.to_string(), name.to_string()));
+        });
+    }
+
+    /// Forget a deleted TrainCluster: its memory, its metrics and its slice reservations.
     pub fn forget(&self, uid: &str) {
-        self.memory
+        let memory = self
+            .memory
             .lock()
             .expect("memory lock poisoned")
             .remove(uid);
+        if let Some((namespace, name)) = memory.and_then(|m| m.key) {
+            self.metrics.forget_cluster(&namespace, &name);
+            self.planning
+                .lock()
+                .expect("planning lock poisoned")
+                .release(&format!("{namespace}/{name}"));
+        }
+    }
+
+    /// Forget every cluster whose uid is not in `live`. A TrainCluster deleted without a
+    /// finalizer is never reconciled again, so this sweep is what cleans up after it.
+    /// Returns how many were forgotten.
+    pub fn forget_gone(&self, live: &HashSet<String>) -> usize {
+        let gone: Vec<String> = self
+            .memory
+            .lock()
+            .expect("memory lock poisoned")
+            .keys()
+            .filter(|uid| !live.contains(*uid))
+            .cloned()
+            .collect();
+        for uid in &gone {
+            self.forget(uid);
+        }
+        gone.len()
+    }
+
+    /// How many clusters the operator holds memory for.
+    pub fn remembered(&self) -> usize {
+        self.memory.lock().expect("memory lock poisoned").len()
     }
 }
 
@@ -204,6 +246,11 @@ impl Reservations {
             .filter(|(_, (owner, _))| owner != cluster)
             .map(|(slice, _)| slice.clone())
             .collect()
+    }
+
+    /// Drop every reservation of `cluster`.
+    pub fn release(&mut self, cluster: &str) {
+        self.by_slice.retain(|_, (owner, _)| owner != cluster);
     }
 
     pub fn reserve(&mut self, cluster: &str, slices: impl IntoIterator<Item = String>) {

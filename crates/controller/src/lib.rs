@@ -212,6 +212,10 @@ where
     let controller = Controller::new(tc_api, watcher::Config::default())
         .with_config(ControllerConfig::default().concurrency(config.concurrency));
     let trainclusters = controller.store();
+    let _sweeper = AbortOnDrop(vec![tokio::spawn(forget_deleted(
+        ctx.clone(),
+        trainclusters.clone(),
+    ))]);
     let node_to_clusters = move |node: Arc<LeanNode>| clusters_of_shape(&trainclusters, &node);
     let relists = futures::stream::select(pod_relists, node_relists);
     let controller = controller
@@ -240,6 +244,34 @@ impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         for task in &self.0 {
             task.abort();
+        }
+    }
+}
+
+/// How often memory, metrics and reservations of deleted TrainClusters are dropped.
+const SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Drop what the operator keeps about TrainClusters that are gone (deleted without a
+/// finalizer, they are never reconciled again). Only once the store has listed: an empty
+/// store at start says nothing.
+async fn forget_deleted(
+    ctx: Arc<Context>,
+    trainclusters: reflector::Store<DeserializeGuard<TrainCluster>>,
+) {
+    if trainclusters.wait_until_ready().await.is_err() {
+        return;
+    }
+    let mut every = tokio::time::interval(SWEEP_INTERVAL);
+    loop {
+        every.tick().await;
+        let live: std::collections::HashSet<String> = trainclusters
+            .state()
+            .iter()
+            .filter_map(|guard| kube::Resource::meta(guard.as_ref()).uid.clone())
+            .collect();
+        let forgotten = ctx.forget_gone(&live);
+        if forgotten > 0 {
+            tracing::debug!(forgotten, "forgot deleted TrainClusters");
         }
     }
 }

@@ -47,6 +47,7 @@ async fn report_malformed(invalid: &InvalidObject, ctx: &Context) -> Result<Acti
         return Ok(Action::await_change());
     };
     let uid = meta.uid.clone().unwrap_or_default();
+    ctx.remember(&uid, &namespace, &name);
     let generation = meta.generation;
     if ctx.with_memory(&uid, |m| m.malformed_generation == Some(generation)) {
         return Ok(Action::await_change());
@@ -170,9 +171,9 @@ async fn reconcile_inner(tc: &TrainCluster, ctx: &Context, namespace: &str) -> R
     if tc.metadata.deletion_timestamp.is_some() {
         // Owner references let the garbage collector remove the pods and the Service.
         ctx.forget(&uid);
-        ctx.metrics.forget_cluster(namespace, &name);
         return Ok(Action::await_change());
     }
+    ctx.remember(&uid, namespace, &name);
     // This cluster's pods only; the full snapshot is taken (and dropped) inside the planning
     // lock, so reconciles waiting on API calls do not pin thousands of stale pod versions.
     let pods: Vec<Arc<LeanPod>> = ctx

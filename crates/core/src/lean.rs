@@ -19,7 +19,9 @@ use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
-use crate::constants::{LABEL_PREFIX, NODE_LABELS_READ, TPU_RESOURCE};
+use crate::constants::{
+    LABEL_PREFIX, NODE_LABELS_READ, TAINT_NOT_READY, TAINT_UNREACHABLE, TPU_RESOURCE,
+};
 
 /// A Pod as the planner sees it.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -46,11 +48,18 @@ pub struct LeanNode {
     /// deletion timestamps.
     pub metadata: ObjectMeta,
     pub taint_keys: Vec<String>,
+    /// When the node-lifecycle controller's `not-ready`/`unreachable` taint was added (the
+    /// earliest, if both are on): when the trouble began, even after Ready is True again.
+    pub lifecycle_taint_since: Option<Timestamp>,
     pub unschedulable: bool,
     /// The Ready condition, if the node reports one.
     pub ready: Option<ReadyCondition>,
-    /// `google.com/tpu` chips: allocatable, else capacity; 0 when absent or unparsable.
+    /// `google.com/tpu` chips the node has: capacity, else allocatable; 0 when absent or
+    /// unparsable. This says which slice shape the node belongs to.
     pub tpu_chips: u32,
+    /// `google.com/tpu` chips usable now: allocatable, else capacity. Below `tpu_chips`
+    /// while the device plugin restarts or reports devices unhealthy.
+    pub tpu_allocatable: u32,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -273,9 +282,11 @@ mod wire {
     }
 
     #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
     struct Taint {
         #[serde(default)]
         key: String,
+        time_added: Option<Time>,
     }
 
     #[derive(Deserialize)]
@@ -289,12 +300,26 @@ mod wire {
         fn from(node: Node) -> LeanNode {
             let spec = node.spec;
             let status = node.status;
-            let tpu_chips = status
+            let chips = |of: fn(&NodeStatus) -> Option<&BTreeMap<String, Quantity>>| {
+                status
+                    .as_ref()
+                    .and_then(of)
+                    .and_then(|r| r.get(TPU_RESOURCE))
+                    .and_then(|q| q.0.parse::<u32>().ok())
+            };
+            let capacity = chips(|s| s.capacity.as_ref());
+            let allocatable = chips(|s| s.allocatable.as_ref());
+            let tpu_chips = capacity.or(allocatable).unwrap_or(0);
+            let tpu_allocatable = allocatable.or(capacity).unwrap_or(0);
+            let taints = spec
                 .as_ref()
-                .and_then(|s| s.allocatable.as_ref().or(s.capacity.as_ref()))
-                .and_then(|r| r.get(TPU_RESOURCE))
-                .and_then(|q| q.0.parse::<u32>().ok())
-                .unwrap_or(0);
+                .and_then(|s| s.taints.as_deref())
+                .unwrap_or_default();
+            let lifecycle_taint_since = taints
+                .iter()
+                .filter(|t| t.key == TAINT_NOT_READY || t.key == TAINT_UNREACHABLE)
+                .filter_map(|t| t.time_added.as_ref().map(|t| t.0))
+                .min();
             let ready = status
                 .and_then(|s| s.conditions)
                 .unwrap_or_default()
@@ -309,16 +334,12 @@ mod wire {
                     .metadata
                     .map(|m| m.keeping_labels(|k| NODE_LABELS_READ.contains(&k)))
                     .unwrap_or_default(),
-                taint_keys: spec
-                    .as_ref()
-                    .and_then(|s| s.taints.as_deref())
-                    .unwrap_or_default()
-                    .iter()
-                    .map(|t| t.key.clone())
-                    .collect(),
+                taint_keys: taints.iter().map(|t| t.key.clone()).collect(),
+                lifecycle_taint_since,
                 unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
                 ready,
                 tpu_chips,
+                tpu_allocatable,
             }
         }
     }

@@ -91,6 +91,41 @@ pub fn add_taint(node: &mut Node, key: &str) {
     });
 }
 
+/// The node-lifecycle controller's NoExecute taint (`not-ready` or `unreachable`), with the
+/// time it was added.
+pub fn add_lifecycle_taint(node: &mut Node, key: &str, added: Timestamp) {
+    let spec = node.spec.get_or_insert_with(Default::default);
+    spec.taints.get_or_insert_with(Vec::new).push(Taint {
+        key: key.into(),
+        effect: "NoExecute".into(),
+        time_added: Some(Time(added)),
+        ..Default::default()
+    });
+}
+
+/// The Ready condition back to True since `since`.
+pub fn set_ready_since(node: &mut Node, since: Timestamp) {
+    let status = node.status.get_or_insert_with(Default::default);
+    status.conditions = Some(vec![NodeCondition {
+        type_: "Ready".into(),
+        status: "True".into(),
+        last_transition_time: Some(Time(since)),
+        ..Default::default()
+    }]);
+}
+
+/// The device plugin's view of the node's chips: `allocatable` healthy of `capacity`.
+pub fn set_tpu_chips(node: &mut Node, allocatable: u32, capacity: u32) {
+    let status = node.status.get_or_insert_with(Default::default);
+    for (map, n) in [
+        (&mut status.allocatable, allocatable),
+        (&mut status.capacity, capacity),
+    ] {
+        map.get_or_insert_with(Default::default)
+            .insert(TPU_RESOURCE.to_string(), Quantity(n.to_string()));
+    }
+}
+
 /// A v6e TrainCluster `demo` in `default` with one group `workers` of 4x4 slices.
 pub fn train_cluster(membership: Membership, min: u32, max: u32) -> TrainCluster {
     let mut tc = TrainCluster::new(

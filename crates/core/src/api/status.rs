@@ -80,6 +80,10 @@ pub struct GroupStatus {
     /// No replacement is created before this time (restart backoff).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff_until: Option<String>,
+    /// Incarnations whose failure is already counted, while their pods remain: a crash or
+    /// failover between counting and deleting does not count the same failure twice.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub charged_incarnations: Vec<u64>,
 }
 
 /// A standard Kubernetes condition.

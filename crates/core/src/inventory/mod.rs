@@ -114,8 +114,11 @@ impl Inventory {
         let mut node_states: FastMap<String, NodeState> = FastMap::default();
         node_states.reserve(nodes.len());
         // Reading each node is independent and bound by memory latency: spread it out.
-        let observations: Vec<NodeObservation> =
-            nodes.par_iter().filter_map(|n| observe_node(n)).collect();
+        let pool_chips = chips_by_pool(nodes);
+        let observations: Vec<NodeObservation> = nodes
+            .par_iter()
+            .filter_map(|n| observe_node(n, &pool_chips))
+            .collect();
         for obs in observations {
             let index = match by_id.get(obs.slice_id.as_str()) {
                 Some(i) => *i,
@@ -295,6 +298,22 @@ impl Inventory {
         }
     }
 
+    /// Why the kubelet of a node cannot confirm a pod deletion: the node is gone, or
+    /// NotReady past the grace. None while it may still answer (including a node that is
+    /// merely being drained or deleted: its kubelet still runs).
+    pub fn kubelet_unreachable(
+        &self,
+        name: &str,
+        now: Timestamp,
+        grace: jiff::SignedDuration,
+    ) -> Option<String> {
+        match self.nodes.get(name).map(|n| &n.health) {
+            None => Some(format!("node {name} is gone")),
+            Some(NodeHealth::NotReady { .. }) => self.node_lost(name, now, grace),
+            Some(_) => None,
+        }
+    }
+
     /// When a NotReady node of this slice stops being tolerated, if one is within its grace.
     pub fn grace_deadline(&self, slice: &Slice, grace: jiff::SignedDuration) -> Option<Timestamp> {
         slice
@@ -352,14 +371,30 @@ struct NodeObservation {
     health: NodeHealth,
 }
 
-fn observe_node(node: &LeanNode) -> Option<NodeObservation> {
+/// Chips per host of each node pool, from the nodes that report them. A node whose device
+/// plugin is re-registering reports none for a while; it still has its pool's chips.
+fn chips_by_pool(nodes: &[Arc<LeanNode>]) -> FastMap<&str, u32> {
+    let mut chips = FastMap::default();
+    for node in nodes.iter().filter(|n| n.tpu_chips > 0) {
+        if let Some(pool) = node.label(NODE_LABEL_NODEPOOL) {
+            chips.entry(pool).or_insert(node.tpu_chips);
+        }
+    }
+    chips
+}
+
+fn observe_node(node: &LeanNode, pool_chips: &FastMap<&str, u32>) -> Option<NodeObservation> {
     let name = node.metadata.name.clone()?;
     let accelerator = node.label(NODE_LABEL_ACCELERATOR)?.to_string();
     let topology = node
         .label(NODE_LABEL_TOPOLOGY)
         .unwrap_or_default()
         .to_string();
-    let chips = node.tpu_chips;
+    let pool = node.label(NODE_LABEL_NODEPOOL);
+    let chips = match node.tpu_chips {
+        0 => pool.and_then(|p| pool_chips.get(p).copied()).unwrap_or(0),
+        chips => chips,
+    };
     let topo_chips = Topology::parse(&topology).map(|t| t.chips()).ok();
     let (hosts_expected, mut label_problem) = match topo_chips {
         None => (
@@ -379,7 +414,7 @@ fn observe_node(node: &LeanNode) -> Option<NodeObservation> {
     let slice_id = if single_host {
         name.clone()
     } else {
-        match node.label(NODE_LABEL_NODEPOOL) {
+        match pool {
             Some(pool) => pool.to_string(),
             None => {
                 label_problem.get_or_insert_with(|| {
@@ -390,7 +425,7 @@ fn observe_node(node: &LeanNode) -> Option<NodeObservation> {
         }
     };
     Some(NodeObservation {
-        health: node_health(node),
+        health: node_health_with_chips(node, chips),
         name,
         slice_id,
         accelerator,
@@ -402,8 +437,25 @@ fn observe_node(node: &LeanNode) -> Option<NodeObservation> {
     })
 }
 
+/// [`node_health`], and a node whose device plugin offers fewer than its `chips` is not
+/// usable for a new group. It loses nothing: a plugin restart leaves running containers
+/// alone, and a real device fault fails the pods, which the planner sees.
+fn node_health_with_chips(node: &LeanNode, chips: u32) -> NodeHealth {
+    match node_health(node) {
+        NodeHealth::Ready if node.tpu_allocatable < chips => NodeHealth::Unusable {
+            reason: format!(
+                "device plugin offers {} of {chips} {TPU_RESOURCE} chips",
+                node.tpu_allocatable
+            ),
+        },
+        health => health,
+    }
+}
+
 /// Readiness of one node: present, Ready, schedulable, not being deleted, no not-ready /
-/// unreachable / termination taint.
+/// unreachable / termination taint. A node-lifecycle taint left on after Ready is True
+/// again is still trouble, dated from when the taint was added: a blip is judged from when
+/// it began, not from when it ended.
 pub fn node_health(node: &LeanNode) -> NodeHealth {
     if node.metadata.deletion_timestamp.is_some() {
         return NodeHealth::Terminating {
@@ -416,16 +468,21 @@ pub fn node_health(node: &LeanNode) -> NodeHealth {
             reason: format!("taint {TAINT_IMPENDING_TERMINATION}"),
         };
     }
+    let taint_since = node.lifecycle_taint_since;
     match &node.ready {
-        Some(c) if c.is_true => {}
+        Some(c) if c.is_true => {
+            if tainted(TAINT_NOT_READY) || tainted(TAINT_UNREACHABLE) {
+                return NodeHealth::NotReady {
+                    since: taint_since.or(c.since),
+                };
+            }
+        }
         other => {
+            let since = other.as_ref().and_then(|c| c.since);
             return NodeHealth::NotReady {
-                since: other.as_ref().and_then(|c| c.since),
+                since: since.into_iter().chain(taint_since).min(),
             };
         }
-    }
-    if tainted(TAINT_NOT_READY) || tainted(TAINT_UNREACHABLE) {
-        return NodeHealth::NotReady { since: None };
     }
     if node.unschedulable {
         return NodeHealth::Unusable {

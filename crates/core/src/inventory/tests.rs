@@ -161,3 +161,54 @@ fn node_loss_honours_the_grace_period() {
         Some(at(30))
     );
 }
+
+#[test]
+fn a_recovered_node_whose_lifecycle_taint_lingers_is_judged_from_when_the_trouble_began() {
+    // Ready again at 20 s; the node-lifecycle controller added `unreachable` at 10 s and has
+    // not removed it yet. The blip began at 10 s: within a 30 s grace until 40 s.
+    let grace = jiff::SignedDuration::from_secs(30);
+    let mut nodes = node_pool("a", "tpu-v6e-slice", "4x4", 4, 4);
+    set_ready_since(&mut nodes[0], at(20));
+    add_lifecycle_taint(&mut nodes[0], TAINT_UNREACHABLE, at(10));
+    let inv = Inventory::build(&arcs(nodes), &[]);
+    let slice = inv.slice("a").unwrap();
+    assert!(!slice.is_ready(), "not placeable while the taint is on");
+    assert_eq!(inv.node_lost("a-0", at(25), grace), None);
+    assert_eq!(inv.slice_lost(slice, at(25), grace), None);
+    assert_eq!(inv.grace_deadline(slice, grace), Some(at(40)));
+    assert!(inv.node_lost("a-0", at(40), grace).is_some());
+    assert!(inv.slice_lost(slice, at(40), grace).is_some());
+}
+
+#[test]
+fn a_not_ready_node_is_judged_from_the_earlier_of_its_condition_and_its_taint() {
+    let grace = jiff::SignedDuration::from_secs(30);
+    let mut nodes = node_pool("a", "tpu-v6e-slice", "4x4", 4, 4);
+    set_not_ready(&mut nodes[1], at(12));
+    add_lifecycle_taint(&mut nodes[1], TAINT_NOT_READY, at(5));
+    let inv = Inventory::build(&arcs(nodes), &[]);
+    assert_eq!(inv.node_lost("a-1", at(34), grace), None);
+    assert!(inv.node_lost("a-1", at(35), grace).is_some());
+}
+
+#[test]
+fn a_device_plugin_restart_keeps_the_node_in_its_pool_and_loses_nothing() {
+    // Allocatable drops to 0 while the plugin re-registers; capacity may or may not stay.
+    for capacity in [4, 0] {
+        let grace = jiff::SignedDuration::from_secs(30);
+        let mut nodes = node_pool("a", "tpu-v6e-slice", "4x4", 4, 4);
+        set_tpu_chips(&mut nodes[2], 0, capacity);
+        let pods: Vec<_> = (0..4)
+            .map(|h| worker_pod("x", 0, &format!("a-{h}")))
+            .collect();
+        let inv = Inventory::build(&arcs(nodes), &pods);
+        let ids: Vec<_> = inv.slices().map(|s| s.id.clone()).collect();
+        assert_eq!(ids, ["a"], "capacity {capacity}: one pool, one slice");
+        let slice = inv.slice("a").unwrap();
+        assert_eq!((slice.hosts_present(), slice.hosts_expected), (4, 4));
+        assert!(!slice.is_ready(), "no new group lands on missing chips");
+        assert!(matches!(slice.occupancy, Occupancy::Held(_)));
+        assert_eq!(inv.slice_lost(slice, at(1000), grace), None);
+        assert_eq!(inv.node_lost("a-2", at(1000), grace), None);
+    }
+}

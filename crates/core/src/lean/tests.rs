@@ -127,7 +127,11 @@ fn node_keeps_taints_cordon_readiness_and_chips() {
                                 "node.kubernetes.io/instance-type": "ct6e-standard-4t"},
                      "annotations": {"a": "b"}},
         "spec": {"unschedulable": true, "podCIDR": "10.1.0.0/24", "taints": [
-            {"key": "cloud.google.com/impending-node-termination", "effect": "NoSchedule"}]},
+            {"key": "cloud.google.com/impending-node-termination", "effect": "NoSchedule"},
+            {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute",
+             "timeAdded": "2026-11-21T10:00:05Z"},
+            {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute",
+             "timeAdded": "2026-11-21T10:00:03Z"}]},
         "status": {
             "capacity": {"google.com/tpu": "8", "cpu": "200"},
             "allocatable": {"google.com/tpu": "4", "cpu": "190"},
@@ -154,10 +158,23 @@ fn node_keeps_taints_cordon_readiness_and_chips() {
     );
     assert_eq!(
         node.taint_keys,
-        ["cloud.google.com/impending-node-termination"]
+        [
+            "cloud.google.com/impending-node-termination",
+            "node.kubernetes.io/unreachable",
+            "node.kubernetes.io/not-ready"
+        ]
+    );
+    assert_eq!(
+        node.lifecycle_taint_since,
+        Some("2026-11-21T10:00:03Z".parse().unwrap()),
+        "the earliest lifecycle taint"
     );
     assert!(node.unschedulable);
-    assert_eq!(node.tpu_chips, 4, "allocatable wins over capacity");
+    assert_eq!(
+        (node.tpu_chips, node.tpu_allocatable),
+        (8, 4),
+        "the shape from capacity, what is usable from allocatable"
+    );
     let ready = node.ready.unwrap();
     assert!(!ready.is_true);
     assert_eq!(ready.since, Some("2026-11-21T10:00:00Z".parse().unwrap()));
@@ -171,7 +188,7 @@ fn capacity_counts_when_allocatable_is_absent() {
         "status": {"capacity": {"google.com/tpu": "4"}}
     }))
     .unwrap();
-    assert_eq!(node.tpu_chips, 4);
+    assert_eq!((node.tpu_chips, node.tpu_allocatable), (4, 4));
 }
 
 #[test]

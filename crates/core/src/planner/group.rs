@@ -32,7 +32,8 @@ impl<'a> Planner<'a> {
 
         // Observe and judge: what runs, what must go, what broke and what that costs.
         let observed = self.observe_group(group, pods, grace, &mut memory);
-        let (mut kept, tally) = self.judge_group(name, &observed, memory.epoch, multislice);
+        let (mut kept, tally) = self.judge_group(name, &observed, &mut memory, multislice);
+        self.release_stuck(name, &observed, group.shape.is_some(), grace);
         let exhausted = self.charge_budget(name, &tally, &mut memory);
         let failed = sticky_failed || exhausted.is_some();
 

@@ -8,6 +8,7 @@ use jiff::Timestamp;
 use super::cluster::Planner;
 use super::observe::{ObservedReplica, Verdict};
 use super::{DeleteReason, DisruptionKind};
+use crate::api::GroupStatus;
 
 /// What broke this round, as charged to the budget.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -30,18 +31,24 @@ pub(super) struct Judgement<'r, 'a> {
     /// When the earliest settling replica must be looked at again.
     pub settle_until: Option<Timestamp>,
     pub tally: Tally,
+    /// Incarnations still observed whose failure is counted (this round or before).
+    pub charged: Vec<u64>,
 }
 
 /// Keep, wait for, or delete each replica of a group whose current epoch is `epoch`.
+/// A broken replica whose incarnation is in `charged` was counted before (its deletes did
+/// not happen yet): it is deleted again but not counted again.
 pub(super) fn judge_replicas<'r, 'a>(
     observed: &'r BTreeMap<u32, ObservedReplica<'a>>,
     epoch: u64,
     multislice: bool,
+    charged: &[u64],
 ) -> Judgement<'r, 'a> {
     let mut kept = Vec::new();
     let mut doomed = Vec::new();
     let mut settle_until: Option<Timestamp> = None;
     let mut tally = Tally::default();
+    let mut now_charged = Vec::new();
     for replica in observed.values() {
         // A multislice job's members must all be of its current epoch to talk to each other.
         let stale = multislice && replica.epoch != Some(epoch);
@@ -56,10 +63,15 @@ pub(super) fn judge_replicas<'r, 'a>(
                 kept.push(replica);
             }
             Verdict::Broken(reason) => {
+                let counted_before = charged.contains(&replica.incarnation);
                 match reason.kind() {
+                    _ if counted_before => {}
                     DisruptionKind::Failure => tally.failures += 1,
                     DisruptionKind::Preemption => tally.preemptions += 1,
                     DisruptionKind::Maintenance => {}
+                }
+                if counted_before || reason.kind() != DisruptionKind::Maintenance {
+                    now_charged.push(replica.incarnation);
                 }
                 tally.broken_current_epoch |= replica.epoch == Some(epoch);
                 doomed.push((replica, reason.clone()));
@@ -72,25 +84,35 @@ pub(super) fn judge_replicas<'r, 'a>(
         tally.failures = tally.failures.min(1);
         tally.preemptions = tally.preemptions.min(1);
     }
+    now_charged.sort_unstable();
+    now_charged.dedup();
     Judgement {
         kept,
         doomed,
         settle_until,
         tally,
+        charged: now_charged,
     }
 }
 
 impl<'a> Planner<'a> {
     /// Judge the group's replicas and delete the doomed ones whole, each with its own event.
-    /// Returns the replicas kept and what broke.
+    /// Returns the replicas kept and what broke (newly); `memory` learns which incarnations
+    /// are counted.
     pub(super) fn judge_group<'r>(
         &mut self,
         name: &str,
         observed: &'r BTreeMap<u32, ObservedReplica<'a>>,
-        epoch: u64,
+        memory: &mut GroupStatus,
         multislice: bool,
     ) -> (Vec<&'r ObservedReplica<'a>>, Tally) {
-        let judgement = judge_replicas(observed, epoch, multislice);
+        let judgement = judge_replicas(
+            observed,
+            memory.epoch,
+            multislice,
+            &memory.charged_incarnations,
+        );
+        memory.charged_incarnations = judgement.charged;
         if let Some(until) = judgement.settle_until {
             self.wake_at(until);
         }
@@ -137,7 +159,7 @@ mod tests {
             replica(3, Some(1), Verdict::Settling { until: at(20) }),
             replica(4, Some(1), Verdict::Settling { until: at(10) }),
         ]);
-        let judged = judge_replicas(&observed, 1, false);
+        let judged = judge_replicas(&observed, 1, false, &[]);
         assert_eq!(indexes(&judged.kept), [0, 3, 4]);
         let doomed: Vec<_> = judged
             .doomed
@@ -157,7 +179,7 @@ mod tests {
             replica(3, Some(1), lost("p3")),
             replica(4, Some(1), Verdict::Broken(DeleteReason::MixedEpochs)),
         ]);
-        let judged = judge_replicas(&observed, 1, false);
+        let judged = judge_replicas(&observed, 1, false, &[]);
         assert_eq!(indexes(&judged.kept), [0], "epochs do not matter");
         assert_eq!(
             (judged.tally.failures, judged.tally.preemptions),
@@ -173,7 +195,7 @@ mod tests {
             replica(1, Some(1), Verdict::Healthy),
             replica(2, Some(1), Verdict::Settling { until: at(10) }),
         ]);
-        let judged = judge_replicas(&observed, 2, true);
+        let judged = judge_replicas(&observed, 2, true, &[]);
         assert_eq!(indexes(&judged.kept), [0]);
         let doomed: Vec<_> = judged
             .doomed
@@ -202,7 +224,7 @@ mod tests {
             replica(2, Some(3), lost("p2")),
             replica(3, Some(3), lost("p3")),
         ]);
-        let judged = judge_replicas(&observed, 3, true);
+        let judged = judge_replicas(&observed, 3, true, &[]);
         assert_eq!(
             judged.tally,
             Tally {
@@ -214,9 +236,35 @@ mod tests {
     }
 
     #[test]
+    fn a_break_counted_before_is_deleted_again_but_not_counted_again() {
+        let with_incarnation = |r: ObservedReplica<'static>, i| ObservedReplica {
+            incarnation: i,
+            ..r
+        };
+        let observed = observed(vec![
+            with_incarnation(replica(0, Some(1), failed("p0")), 10),
+            with_incarnation(replica(1, Some(1), lost("p1")), 11),
+            with_incarnation(replica(2, Some(1), Verdict::Healthy), 12),
+            with_incarnation(
+                replica(3, Some(1), Verdict::Broken(DeleteReason::MixedEpochs)),
+                13,
+            ),
+        ]);
+        // 10 was counted; 9 was counted but its pods are gone.
+        let judged = judge_replicas(&observed, 1, false, &[9, 10]);
+        assert_eq!(judged.doomed.len(), 3, "deleted again all the same");
+        assert_eq!((judged.tally.failures, judged.tally.preemptions), (0, 1));
+        assert_eq!(
+            judged.charged,
+            [10, 11],
+            "kept while its pods remain; maintenance is never charged"
+        );
+    }
+
+    #[test]
     fn only_a_break_in_the_current_epoch_restarts_the_job() {
         let observed = observed(vec![replica(0, Some(2), failed("p0"))]);
-        let judged = judge_replicas(&observed, 3, true);
+        let judged = judge_replicas(&observed, 3, true, &[]);
         assert_eq!(judged.doomed.len(), 1);
         assert!(!judged.tally.broken_current_epoch);
         assert_eq!(judged.tally.failures, 1, "it still counts as a failure");

@@ -30,6 +30,7 @@ pub mod render;
 mod retire;
 mod size;
 mod status;
+mod stuck;
 
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -15,22 +15,53 @@ pub enum DisruptionKind {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DeleteReason {
-    MemberFailed { pod: String },
-    MemberExited { pod: String },
-    ContainerRestarted { pod: String, container: String },
-    MemberDeleted { pod: String },
-    NodeLost { pod: String, detail: String },
-    Incomplete { present: u32, expected: u32 },
-    DuplicateHostIndex { host: u32 },
-    BadHostIndex { pod: String },
+    MemberFailed {
+        pod: String,
+    },
+    MemberExited {
+        pod: String,
+    },
+    ContainerRestarted {
+        pod: String,
+        container: String,
+    },
+    MemberDeleted {
+        pod: String,
+    },
+    NodeLost {
+        pod: String,
+        detail: String,
+    },
+    Incomplete {
+        present: u32,
+        expected: u32,
+    },
+    DuplicateHostIndex {
+        host: u32,
+    },
+    BadHostIndex {
+        pod: String,
+    },
     MixedEpochs,
-    EpochChanged { epoch: u64 },
-    ScaledDown { target: u32 },
+    EpochChanged {
+        epoch: u64,
+    },
+    ScaledDown {
+        target: u32,
+    },
     NotEnoughSlices,
     Suspended,
     BudgetExhausted,
-    UnknownGroup { group: String },
+    UnknownGroup {
+        group: String,
+    },
     BadReplicaIndex,
+    /// Our pods were deleted but their node's kubelet cannot confirm it: the node is gone,
+    /// or unreachable past the grace.
+    StuckTerminating {
+        node: String,
+        detail: String,
+    },
 }
 
 impl DeleteReason {
@@ -44,6 +75,11 @@ impl DeleteReason {
             }
             _ => DisruptionKind::Maintenance,
         }
+    }
+
+    /// Delete at once (grace period 0) instead of waiting for a kubelet to confirm.
+    pub fn force(&self) -> bool {
+        matches!(self, DeleteReason::StuckTerminating { .. })
     }
 
     /// A CamelCase reason for events and the `reason` metric label.
@@ -65,6 +101,7 @@ impl DeleteReason {
             DeleteReason::BudgetExhausted => "BudgetExhausted",
             DeleteReason::UnknownGroup { .. } => "UnknownGroup",
             DeleteReason::BadReplicaIndex => "BadReplicaIndex",
+            DeleteReason::StuckTerminating { .. } => "StuckTerminating",
         }
     }
 }
@@ -105,6 +142,10 @@ impl fmt::Display for DeleteReason {
                 write!(f, "worker group {group:?} is no longer in the spec")
             }
             DeleteReason::BadReplicaIndex => write!(f, "missing or malformed replica index label"),
+            DeleteReason::StuckTerminating { node, detail } => write!(
+                f,
+                "stuck Terminating on node {node} ({detail}); deleting without waiting for its kubelet"
+            ),
         }
     }
 }

@@ -35,7 +35,12 @@ pub(super) fn decide(
         // Every member learns the job's slice count and its own index when it starts
         // (MEGASCALE_*), so any change of membership restarts the whole job. A job with no
         // pods yet starts a new epoch whenever its size is (re)chosen.
+        // A running epoch is exact: a member missing (vanished while we were away, or
+        // draining) is never recreated into it, since its peers would not know the newcomer.
+        let member_missing =
+            !kept.is_empty() && (0..sizing.target).any(|i| kept.iter().all(|r| r.replica != i));
         let membership_changed = tally.broken_current_epoch
+            || member_missing
             || (sizing.resized() && !kept.is_empty())
             || kept.iter().any(|r| r.replica >= sizing.target);
         return if membership_changed || (sizing.resized() && nothing_observed) {
@@ -143,11 +148,22 @@ mod tests {
             decide(true, &sizing(2, 2), &none, &kept, false),
             Retirement::Keep
         );
-        // Members lost this round are no reason by themselves if none of this epoch broke.
-        let one: Vec<_> = all.iter().take(1).collect();
+    }
+
+    #[test]
+    fn a_multislice_epoch_missing_a_member_restarts_whole() {
+        // Replica 1 of this epoch is gone (vanished, or draining): its peers cannot take a
+        // newcomer in, so the job restarts rather than recreating 1 into the running epoch.
+        let all = healthy(&[0, 2]);
+        let kept: Vec<_> = all.iter().collect();
         assert_eq!(
-            decide(true, &sizing(2, 2), &none, &one, false),
-            Retirement::Keep
+            decide(true, &sizing(3, 3), &Tally::default(), &kept, false),
+            Retirement::NewEpoch
+        );
+        assert_eq!(
+            decide(true, &sizing(3, 3), &Tally::default(), &[], false),
+            Retirement::Keep,
+            "an epoch with no members yet is being created, not missing one"
         );
     }
 

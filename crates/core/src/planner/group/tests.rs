@@ -68,8 +68,9 @@ fn pods_without_a_replica_index_are_deleted_as_strays() {
 }
 
 #[test]
-fn a_multislice_job_waits_for_a_draining_member_before_replacing_it() {
+fn a_draining_multislice_member_restarts_the_job_which_waits_for_it_to_go() {
     let mut world = running(Membership::Multislice);
+    let epoch = world.status().groups[0].epoch;
     let now = Time(world.now);
     for h in 0..4 {
         world
@@ -79,9 +80,20 @@ fn a_multislice_job_waits_for_a_draining_member_before_replacing_it() {
     }
     let scene = Scene::new(world);
     let (summary, plan, wake) = plan_workers(&scene);
-    assert!(plan.is_noop(), "nothing to delete or create yet: {plan:?}");
+    let deleted: Vec<_> = plan
+        .delete
+        .iter()
+        .map(|d| (d.replica, d.reason.code()))
+        .collect();
+    assert_eq!(
+        deleted,
+        [(Some(0), "EpochChanged")],
+        "the member left behind goes too"
+    );
+    assert!(plan.create.is_empty(), "nothing new before the old pods go");
+    assert_eq!(summary.status.epoch, epoch + 1);
     assert!(summary.restarting);
-    assert_eq!(summary.status.replicas, [0, 1], "index 1 still has pods");
+    assert_eq!(summary.status.replicas, [0, 1], "both still have pods");
     assert_eq!(wake, Some(scene.world.now + LEAVING_RECHECK));
 }
 

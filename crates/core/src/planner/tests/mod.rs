@@ -5,6 +5,7 @@ mod creation;
 mod elastic;
 mod failures;
 mod hygiene;
+mod recovery;
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;

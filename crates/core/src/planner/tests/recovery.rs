@@ -1,0 +1,178 @@
+//! Recovery after the world moved while a plan was half applied or the operator was away:
+//! each failure counted once, exact multislice membership, pods stuck Terminating.
+
+use super::*;
+
+/// The status of `plan` is written; none of its deletes happens (the operator crashed, a
+/// leader failed over, or the deletes failed).
+fn write_status_only(world: &mut World, plan: &Plan) {
+    world.cluster.status = Some(plan.status.clone());
+}
+
+fn names_of(delete: &GroupDelete) -> BTreeSet<String> {
+    delete.pods.iter().map(|p| p.name.clone()).collect()
+}
+
+fn replica_pods(world: &World, replica: u32) -> Vec<String> {
+    world
+        .pods
+        .iter()
+        .filter(|p| World::label_of(p, LABEL_REPLICA_INDEX) == Some(replica.to_string()))
+        .filter_map(|p| p.metadata.name.clone())
+        .collect()
+}
+
+fn mark_terminating(world: &mut World, pods: &[String]) {
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(world.now);
+    for name in pods {
+        world.pod_mut(name).metadata.deletion_timestamp = Some(now.clone());
+    }
+}
+
+#[test]
+fn a_failure_is_counted_once_when_its_deletes_never_happened() {
+    for membership in [Membership::Independent, Membership::Multislice] {
+        let mut world = World::new(train_cluster(membership, 1, 3), v6e_pools(3));
+        world.settle(5);
+        let epoch = world.status().groups[0].epoch;
+        fail_pod(world.pod_mut("demo-workers-1-0"));
+        let first = world.plan();
+        assert_eq!(first.status.restarts, 1, "{membership:?}");
+        write_status_only(&mut world, &first);
+        for round in 0..3 {
+            world.now += secs(1);
+            let again = world.plan();
+            assert_eq!(
+                again.status.restarts, 1,
+                "{membership:?} round {round}: the same failure counted again"
+            );
+            assert_eq!(
+                again.status.groups[0].epoch, first.status.groups[0].epoch,
+                "{membership:?}: one restart, one new epoch"
+            );
+            assert_eq!(
+                again.delete.iter().map(|d| d.pods.len()).sum::<usize>(),
+                first.delete.iter().map(|d| d.pods.len()).sum::<usize>(),
+                "{membership:?}: the same deletes are asked for again"
+            );
+            write_status_only(&mut world, &again);
+        }
+        if membership == Membership::Multislice {
+            assert_eq!(world.status().groups[0].epoch, epoch + 1);
+        }
+    }
+}
+
+#[test]
+fn a_second_failure_of_a_new_incarnation_is_counted() {
+    let mut world = World::new(train_cluster(Membership::Independent, 1, 3), v6e_pools(3));
+    world.settle(5);
+    fail_pod(world.pod_mut("demo-workers-1-0"));
+    world.step();
+    world.now += secs(10);
+    world.settle(5);
+    assert_eq!(world.status().restarts, 1);
+    fail_pod(world.pod_mut("demo-workers-1-0"));
+    world.step();
+    assert_eq!(
+        world.status().restarts,
+        2,
+        "the replacement's failure is news"
+    );
+}
+
+#[test]
+fn a_multislice_replica_that_vanished_starts_a_new_epoch() {
+    // Replica 1 is gone whole: removed while the operator was away, or draining.
+    for draining in [false, true] {
+        let mut world = World::new(train_cluster(Membership::Multislice, 1, 3), v6e_pools(3));
+        world.settle(5);
+        let epoch = world.status().groups[0].epoch;
+        let gone = replica_pods(&world, 1);
+        if draining {
+            mark_terminating(&mut world, &gone);
+        } else {
+            world
+                .pods
+                .retain(|p| !gone.contains(p.metadata.name.as_ref().unwrap()));
+        }
+        let plan = world.step();
+        assert!(
+            plan.create.is_empty(),
+            "draining {draining}: nothing joins the running epoch"
+        );
+        let restarted: BTreeSet<u32> = plan.delete.iter().filter_map(|d| d.replica).collect();
+        assert_eq!(restarted, BTreeSet::from([0, 2]), "draining {draining}");
+        assert!(
+            plan.delete
+                .iter()
+                .all(|d| d.reason.code() == "EpochChanged")
+        );
+        assert_eq!(world.status().groups[0].epoch, epoch + 1);
+        if draining {
+            world.pods.clear(); // the kubelets finish
+        }
+        world.now += secs(5);
+        world.settle(5);
+        assert_eq!(epochs_of(&world), BTreeSet::from([(epoch + 1).to_string()]));
+        assert_eq!(world.pods.len(), 12);
+        for pod in &world.pods {
+            assert_eq!(
+                World::env_of(pod, ENV_MEGASCALE_NUM_SLICES).as_deref(),
+                Some("3")
+            );
+        }
+    }
+}
+
+#[test]
+fn pods_stuck_terminating_on_an_unreachable_node_are_force_deleted_and_only_those() {
+    let mut world = World::new(train_cluster(Membership::Multislice, 1, 3), v6e_pools(3));
+    world.settle(5);
+    // The job restarts: every pod is Terminating. Pool-1's kubelets are unreachable and
+    // will never confirm; the others' kubelets are just slower.
+    let all: Vec<String> = world
+        .pods
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    mark_terminating(&mut world, &all);
+    let unreachable: Vec<String> = (0..4).map(|h| format!("pool-1-{h}")).collect();
+    let down_at = world.now;
+    for node in &unreachable {
+        set_not_ready(world.node_mut(node), down_at);
+    }
+    let on_pool_1: BTreeSet<String> = world
+        .pods
+        .iter()
+        .filter(|p| unreachable.contains(p.spec.as_ref().unwrap().node_name.as_ref().unwrap()))
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    assert_eq!(on_pool_1.len(), 4);
+
+    let within_grace = world.plan();
+    assert!(
+        within_grace.delete.is_empty(),
+        "within the grace the kubelet may still confirm"
+    );
+    world.now = down_at + secs(30);
+    let plan = world.plan();
+    assert_eq!(plan.delete.len(), 1, "{:?}", plan.delete);
+    assert_eq!(plan.delete[0].reason.code(), "StuckTerminating");
+    assert!(plan.delete[0].reason.force());
+    assert_eq!(names_of(&plan.delete[0]), on_pool_1);
+    assert!(
+        plan.delete[0].pods.iter().all(|p| p.uid.is_some()),
+        "force deletes are guarded by uid"
+    );
+    assert_eq!(plan.status.restarts, 0, "cleaning up is not a failure");
+
+    // The node object is deleted: its pods are stuck just the same.
+    world.now = down_at;
+    world
+        .nodes
+        .retain(|n| !unreachable.contains(n.metadata.name.as_ref().unwrap()));
+    let plan = world.plan();
+    assert_eq!(plan.delete.len(), 1);
+    assert_eq!(names_of(&plan.delete[0]), on_pool_1);
+}
