@@ -260,3 +260,52 @@ impl Reservations {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use slice_core::api::TrainClusterStatus;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        config: OperatorConfig,
+    }
+
+    fn context() -> Context {
+        let (service, _handle) = tower_test::mock::pair::<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >();
+        let client = Client::new(service, "default");
+        let recorder = Recorder::new(client.clone(), "test".into());
+        Context::new(client, Flags::parse_from(["test"]).config, recorder)
+    }
+
+    #[tokio::test]
+    async fn a_deleted_cluster_leaves_no_memory_metrics_or_reservations() {
+        let ctx = context();
+        for (uid, name) in [("uid-a", "a"), ("uid-b", "b")] {
+            ctx.remember(uid, "ns", name);
+            ctx.metrics
+                .observe_status("ns", name, &TrainClusterStatus::default());
+            ctx.planning
+                .lock()
+                .unwrap()
+                .reserve(&format!("ns/{name}"), [format!("pool-{name}")]);
+        }
+        assert!(ctx.metrics.render().contains("name=\"a\""));
+
+        let live = HashSet::from(["uid-b".to_string()]);
+        assert_eq!(ctx.forget_gone(&live), 1);
+        assert_eq!(ctx.remembered(), 1);
+        let metrics = ctx.metrics.render();
+        assert!(!metrics.contains("name=\"a\""), "{metrics}");
+        assert!(metrics.contains("name=\"b\""));
+        let planning = ctx.planning.lock().unwrap();
+        assert!(!planning.by_slice.contains_key("pool-a"), "a's is released");
+        assert!(planning.by_slice.contains_key("pool-b"), "b keeps its own");
+    }
+}
