@@ -4,15 +4,15 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use kube::Client;
 use kube::runtime::events::Recorder;
 
 use super::config::OperatorConfig;
+use super::freshness::Outstanding;
 use super::metrics::Metrics;
 use super::watches::Cache;
-use slice_core::api::TrainClusterStatus;
 use slice_core::lean::{LeanNode, LeanPod};
 
 pub struct Context {
@@ -26,9 +26,10 @@ pub struct Context {
     pub stale: AtomicBool,
     /// True while this replica reconciles (always, without leader election).
     pub leader: AtomicBool,
-    /// Held while building the inventory and planning, so two clusters never plan from the
-    /// same free slice; also keeps a single inventory in memory at a time.
-    pub planning: Mutex<Reservations>,
+    /// Held while building the inventory, planning, and recording the creates planned, so
+    /// two clusters never plan from the same free slice; also keeps a single inventory in
+    /// memory at a time.
+    pub planning: Mutex<Planning>,
     memory: Mutex<HashMap<String, ClusterMemory>>,
 }
 
@@ -45,57 +46,14 @@ pub struct Caches {
 pub struct ClusterMemory {
     /// Namespace and name, to drop its metrics once the cluster is gone.
     pub key: Option<(String, String)>,
-    /// The status last written: the planner's memory, newer than the cache right after a write.
-    pub status: Option<TrainClusterStatus>,
-    /// Pod names we created and pod uids we deleted that the cache has not reflected yet.
-    pub expect_present: HashSet<String>,
-    pub expect_absent: HashSet<String>,
-    pub expect_deadline: Option<Instant>,
-    /// The pod cache's relist count when the expectations were made.
-    pub expect_relists: u64,
+    /// Our writes the caches do not show yet (see [`crate::freshness`]).
+    pub outstanding: Outstanding,
     /// Consecutive failed reconciles, for the error backoff.
     pub errors: u32,
     /// Generation of a malformed object already reported.
     pub malformed_generation: Option<Option<i64>>,
     /// When the first failure of the current disruption was detected.
     pub disrupted_since: Option<Instant>,
-}
-
-/// How long the pod cache may take to show our own writes before it counts as stalled (a
-/// real watch shows them in well under a second).
-pub const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// Whether the caches show this cluster's own last writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Freshness {
-    Fresh,
-    /// Not yet, within [`EXPECTATION_TIMEOUT`].
-    Catching,
-    /// Not within [`EXPECTATION_TIMEOUT`]: the watch has stopped delivering.
-    Stalled,
-}
-
-impl ClusterMemory {
-    pub fn clear_expectations(&mut self) {
-        self.expect_present.clear();
-        self.expect_absent.clear();
-        self.expect_deadline = None;
-    }
-
-    pub fn expect_present(&mut self, names: impl IntoIterator<Item = String>, relists: u64) {
-        self.expect_present.extend(names);
-        self.arm(relists);
-    }
-
-    pub fn expect_absent(&mut self, uids: impl IntoIterator<Item = String>, relists: u64) {
-        self.expect_absent.extend(uids);
-        self.arm(relists);
-    }
-
-    fn arm(&mut self, relists: u64) {
-        self.expect_relists = relists;
-        self.expect_deadline = Some(Instant::now() + EXPECTATION_TIMEOUT);
-    }
 }
 
 impl Context {
@@ -108,7 +66,7 @@ impl Context {
             caches: OnceLock::new(),
             stale: AtomicBool::new(false),
             leader: AtomicBool::new(false),
-            planning: Mutex::new(Reservations::default()),
+            planning: Mutex::new(Planning::default()),
             memory: Mutex::new(HashMap::new()),
         }
     }
@@ -155,7 +113,8 @@ impl Context {
         });
     }
 
-    /// Forget a deleted TrainCluster: its memory, its metrics and its slice reservations.
+    /// Forget a deleted TrainCluster: its memory (with the slices its pending creates
+    /// hold) and its metrics.
     pub fn forget(&self, uid: &str) {
         let memory = self
             .memory
@@ -164,10 +123,6 @@ impl Context {
             .remove(uid);
         if let Some((namespace, name)) = memory.and_then(|m| m.key) {
             self.metrics.forget_cluster(&namespace, &name);
-            self.planning
-                .lock()
-                .expect("planning lock poisoned")
-                .release(&format!("{namespace}/{name}"));
         }
     }
 
@@ -189,25 +144,30 @@ impl Context {
         gone.len()
     }
 
+    /// Slices the pending creates of clusters other than `uid` were placed on: taken, though
+    /// the inventory (built from the pod cache) cannot show it yet.
+    pub fn slices_taken_by_others(&self, uid: &str) -> HashSet<String> {
+        let all = self.memory.lock().expect("memory lock poisoned");
+        all.iter()
+            .filter(|(other, _)| other.as_str() != uid)
+            .flat_map(|(_, m)| m.outstanding.slices_taken().map(str::to_string))
+            .collect()
+    }
+
     /// How many clusters the operator holds memory for.
     pub fn remembered(&self) -> usize {
         self.memory.lock().expect("memory lock poisoned").len()
     }
 }
 
-/// How long a slice given to a cluster stays reserved if its pods never show up.
-pub const RESERVATION_TTL: Duration = Duration::from_secs(60);
-
-/// Free slices just given to a cluster whose pods the caches do not show yet, and the
-/// inventory snapshot the planners share.
+/// The inventory the planners share, rebuilt only when a cache has moved.
 #[derive(Default)]
-pub struct Reservations {
-    by_slice: HashMap<String, (String, Instant)>,
+pub struct Planning {
     /// The last inventory built, with the cache versions it was built from.
     inventory: Option<((u64, u64), std::sync::Arc<slice_core::inventory::Inventory>)>,
 }
 
-impl Reservations {
+impl Planning {
     /// The inventory of the caches as they are now: rebuilt whenever either cache has moved
     /// since the last build (versions are read before the stores, and bumped only after a
     /// change is in the store, so a build never misses a change its version covers).
@@ -226,37 +186,6 @@ impl Reservations {
                 self.inventory = Some((versions, inventory.clone()));
                 inventory
             }
-        }
-    }
-
-    /// Slices reserved by clusters other than `cluster`. Reservations end when the inventory
-    /// no longer shows the slice free (the pods arrived) or after [`RESERVATION_TTL`].
-    pub fn held_by_others(
-        &mut self,
-        cluster: &str,
-        inventory: &slice_core::inventory::Inventory,
-    ) -> HashSet<String> {
-        let now = Instant::now();
-        self.by_slice.retain(|slice, (_, at)| {
-            now.duration_since(*at) < RESERVATION_TTL
-                && inventory.slice(slice).is_some_and(|s| s.is_free())
-        });
-        self.by_slice
-            .iter()
-            .filter(|(_, (owner, _))| owner != cluster)
-            .map(|(slice, _)| slice.clone())
-            .collect()
-    }
-
-    /// Drop every reservation of `cluster`.
-    pub fn release(&mut self, cluster: &str) {
-        self.by_slice.retain(|_, (owner, _)| owner != cluster);
-    }
-
-    pub fn reserve(&mut self, cluster: &str, slices: impl IntoIterator<Item = String>) {
-        let now = Instant::now();
-        for slice in slices {
-            self.by_slice.insert(slice, (cluster.to_string(), now));
         }
     }
 }
@@ -285,18 +214,22 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_deleted_cluster_leaves_no_memory_metrics_or_reservations() {
+    async fn a_deleted_cluster_leaves_no_memory_metrics_or_taken_slices() {
         let ctx = context();
         for (uid, name) in [("uid-a", "a"), ("uid-b", "b")] {
             ctx.remember(uid, "ns", name);
             ctx.metrics
                 .observe_status("ns", name, &TrainClusterStatus::default());
-            ctx.planning
-                .lock()
-                .unwrap()
-                .reserve(&format!("ns/{name}"), [format!("pool-{name}")]);
+            ctx.with_memory(uid, |m| {
+                let pod = (format!("{name}-0"), Some(format!("pool-{name}")));
+                m.outstanding.expect_created([pod], 0, Instant::now())
+            });
         }
         assert!(ctx.metrics.render().contains("name=\"a\""));
+        assert_eq!(
+            ctx.slices_taken_by_others("uid-c"),
+            HashSet::from(["pool-a".to_string(), "pool-b".to_string()])
+        );
 
         let live = HashSet::from(["uid-b".to_string()]);
         assert_eq!(ctx.forget_gone(&live), 1);
@@ -304,8 +237,13 @@ mod tests {
         let metrics = ctx.metrics.render();
         assert!(!metrics.contains("name=\"a\""), "{metrics}");
         assert!(metrics.contains("name=\"b\""));
-        let planning = ctx.planning.lock().unwrap();
-        assert!(!planning.by_slice.contains_key("pool-a"), "a's is released");
-        assert!(planning.by_slice.contains_key("pool-b"), "b keeps its own");
+        assert_eq!(
+            ctx.slices_taken_by_others("uid-c"),
+            HashSet::from(["pool-b".to_string()])
+        );
+        assert!(
+            ctx.slices_taken_by_others("uid-b").is_empty(),
+            "not by others"
+        );
     }
 }

@@ -12,9 +12,10 @@ use kube::{Resource, ResourceExt};
 use tracing::{Instrument, info, info_span, warn};
 
 use super::apply;
-use super::context::{Context, EXPECTATION_TIMEOUT, Freshness};
+use super::context::Context;
+use super::freshness::{EXPECTATION_TIMEOUT, Freshness};
 use crate::error::{Error, Result};
-use slice_core::api::{Phase, TrainCluster};
+use slice_core::api::{Phase, TrainCluster, TrainClusterStatus};
 use slice_core::constants::LABEL_CLUSTER;
 use slice_core::lean::LeanPod;
 use slice_core::planner::{self, DisruptionKind, PlanInput};
@@ -192,51 +193,31 @@ async fn reconcile_inner(tc: &TrainCluster, ctx: &Context, namespace: &str) -> R
     }
     // Until the caches show our last writes, a plan would be made from stale observations.
     let relists = ctx.caches().pods.relists();
-    let waiting_for_cache = ctx.with_memory(&uid, |m| {
-        if m.expect_relists != relists {
-            // A fresh list is authoritative: whatever it lacks is not coming.
-            m.clear_expectations();
-        }
-        m.expect_present
-            .retain(|n| !pods.iter().any(|p| p.metadata.name.as_ref() == Some(n)));
-        m.expect_absent.retain(|u| {
-            pods.iter().any(|p| {
-                p.metadata.uid.as_ref() == Some(u) && p.metadata.deletion_timestamp.is_none()
-            })
-        });
-        let pending = !m.expect_present.is_empty() || !m.expect_absent.is_empty();
-        if !pending {
-            m.clear_expectations();
-            return Freshness::Fresh;
-        }
-        match m.expect_deadline {
-            Some(deadline) if deadline <= Instant::now() => Freshness::Stalled,
-            _ => Freshness::Catching,
-        }
+    let freshness = ctx.with_memory(&uid, |m| {
+        m.outstanding.check(&pods, relists, Instant::now())
     });
-    match waiting_for_cache {
+    match freshness {
         Freshness::Fresh => ctx.stale.store(false, Ordering::Relaxed),
         Freshness::Catching => return Ok(Action::requeue(Duration::from_millis(500))),
         Freshness::Stalled => {
             // The pod watch stopped delivering: never plan from it; list again.
             warn!(timeout = ?EXPECTATION_TIMEOUT, "the pod cache has not shown our writes; relisting");
             ctx.stale.store(true, Ordering::Relaxed);
+            ctx.with_memory(&uid, |m| m.outstanding.clear_pods());
             ctx.caches().pods.relist();
             return Ok(Action::requeue(Duration::from_secs(1)));
         }
     }
 
-    // The planner's memory is its last status; ours is newer than the cache right after a write.
+    // The planner's memory is its last status: ours while the cache has not shown it.
     let mut observed = tc.clone();
-    if let Some(status) = ctx.with_memory(&uid, |m| m.status.clone()) {
-        observed.status = Some(status);
-    }
+    observed.status = planner_memory(tc, ctx, namespace, &uid).await?;
     let plan = {
-        // One planner at a time: the slices it hands out are reserved before the next plans.
-        let mut reservations = ctx.planning.lock().expect("planning lock poisoned");
-        let inventory = reservations.inventory(ctx.caches());
-        let key = format!("{namespace}/{name}");
-        let reserved = reservations.held_by_others(&key, &inventory);
+        // One planner at a time, and the creates it plans are expected (their slices taken)
+        // before the next one plans.
+        let mut planning = ctx.planning.lock().expect("planning lock poisoned");
+        let inventory = planning.inventory(ctx.caches());
+        let reserved = ctx.slices_taken_by_others(&uid);
         let plan = planner::plan(&PlanInput {
             cluster: &observed,
             pods: &pods,
@@ -244,26 +225,92 @@ async fn reconcile_inner(tc: &TrainCluster, ctx: &Context, namespace: &str) -> R
             reserved: &reserved,
             now: jiff::Timestamp::now(),
         });
-        reservations.reserve(&key, plan.create.iter().filter_map(|c| c.slice.clone()));
+        ctx.with_memory(&uid, |m| {
+            let pods = plan.create.iter().flat_map(|c| {
+                c.pods
+                    .iter()
+                    .filter_map(|p| p.metadata.name.clone())
+                    .map(|n| (n, c.slice.clone()))
+            });
+            m.outstanding.expect_created(pods, relists, Instant::now())
+        });
         plan
     };
+    let mut created = 0;
+    let applied = apply_plan(ctx, tc, &observed, &plan, relists, &mut created).await;
+    if applied.is_err() {
+        // Creates not made (or rolled back) are not coming; they hold no slice.
+        ctx.with_memory(&uid, |m| {
+            let names = plan.create[created..].iter().flat_map(|c| &c.pods);
+            m.outstanding
+                .withdraw_created(names.filter_map(|p| p.metadata.name.as_deref()))
+        });
+    }
+    applied?;
 
-    let service_api: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
+    ctx.metrics.observe_status(namespace, &name, &plan.status);
+    if plan.status.phase == Phase::Running
+        && let Some(since) = ctx.with_memory(&uid, |m| m.disrupted_since.take())
+    {
+        ctx.metrics.observe_recovery(since.elapsed());
+    }
+    let resync = Duration::from_secs(ctx.config.resync_seconds);
+    Ok(Action::requeue(
+        plan.requeue_after.map_or(resync, |d| d.min(resync)),
+    ))
+}
+
+/// The planner's memory: the status we last wrote while the cache has not shown it, else the
+/// cached one; read back from the server when our last write's outcome is unknown.
+async fn planner_memory(
+    tc: &TrainCluster,
+    ctx: &Context,
+    namespace: &str,
+    uid: &str,
+) -> Result<Option<TrainClusterStatus>> {
+    if ctx.with_memory(uid, |m| m.outstanding.needs_status_read()) {
+        let api: Api<TrainCluster> = Api::namespaced(ctx.client.clone(), namespace);
+        let current = apply::bounded(api.get_status(&tc.name_any())).await?;
+        ctx.with_memory(uid, |m| {
+            m.outstanding
+                .wrote_status(current.status.clone().unwrap_or_default())
+        });
+    }
+    Ok(ctx.with_memory(uid, |m| {
+        m.outstanding.status_for_planning(tc.status.as_ref())
+    }))
+}
+
+/// Apply a plan: the Service, the status, events, deletes, then creates. `created` counts the
+/// groups created so far, so a failure can withdraw the expectations of the rest.
+async fn apply_plan(
+    ctx: &Context,
+    tc: &TrainCluster,
+    observed: &TrainCluster,
+    plan: &planner::Plan,
+    relists: u64,
+    created: &mut usize,
+) -> Result<()> {
+    let (namespace, name, uid) = (tc.namespace().unwrap_or_default(), tc.name_any(), uid(tc));
+    let service_api: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
     apply::ensure_service(&service_api, &plan.service).await?;
 
-    // Status first: it carries the planner's memory (epoch, incarnations), so a crash after
-    // it converges instead of repeating decisions.
+    // Status first: it carries the planner's memory (epoch, incarnations, failures counted),
+    // so a crash after it converges instead of repeating decisions.
     if observed.status.as_ref() != Some(&plan.status) {
-        let api: Api<TrainCluster> = Api::namespaced(ctx.client.clone(), namespace);
-        apply::write_status(&api, &name, &plan.status).await?;
-        ctx.with_memory(&uid, |m| m.status = Some(plan.status.clone()));
+        let api: Api<TrainCluster> = Api::namespaced(ctx.client.clone(), &namespace);
+        if let Err(e) = apply::write_status(&api, &name, &plan.status).await {
+            ctx.with_memory(&uid, |m| m.outstanding.status_unknown());
+            return Err(e);
+        }
+        ctx.with_memory(&uid, |m| m.outstanding.wrote_status(plan.status.clone()));
         if observed.status.as_ref().map(|s| s.phase) != Some(plan.status.phase) {
             info!(phase = ?plan.status.phase, desired = plan.status.desired_slices, ready = plan.status.ready_slices, "phase changed");
         }
     }
     apply::publish_events(ctx, tc, &plan.events).await;
 
-    let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
     let disruption = plan
         .delete
         .iter()
@@ -282,24 +329,13 @@ async fn reconcile_inner(tc: &TrainCluster, ctx: &Context, namespace: &str) -> R
                 reason: delete.reason.code().into(),
             })
             .inc();
-        ctx.with_memory(&uid, |m| m.expect_absent(uids, relists));
+        ctx.with_memory(&uid, |m| {
+            m.outstanding.expect_deleted(uids, relists, Instant::now())
+        });
     }
     for create in &plan.create {
-        ctx.with_memory(&uid, |m| {
-            let names = create.pods.iter().filter_map(|p| p.metadata.name.clone());
-            m.expect_present(names, relists)
-        });
-        let result = apply::create_group(&pod_api, create, ctx.config.api_concurrency).await;
-        if result.is_err() {
-            ctx.with_memory(&uid, |m| {
-                for p in &create.pods {
-                    if let Some(n) = &p.metadata.name {
-                        m.expect_present.remove(n);
-                    }
-                }
-            });
-        }
-        result?;
+        apply::create_group(&pod_api, create, ctx.config.api_concurrency).await?;
+        *created += 1;
         info!(group = %create.group, replica = create.replica, epoch = create.epoch, slice = ?create.slice, pods = create.pods.len(), "created group");
         ctx.metrics.groups_created.inc();
     }
@@ -314,15 +350,5 @@ async fn reconcile_inner(tc: &TrainCluster, ctx: &Context, namespace: &str) -> R
             Err(e) => return Err(e.into()),
         }
     }
-
-    ctx.metrics.observe_status(namespace, &name, &plan.status);
-    if plan.status.phase == Phase::Running
-        && let Some(since) = ctx.with_memory(&uid, |m| m.disrupted_since.take())
-    {
-        ctx.metrics.observe_recovery(since.elapsed());
-    }
-    let resync = Duration::from_secs(ctx.config.resync_seconds);
-    Ok(Action::requeue(
-        plan.requeue_after.map_or(resync, |d| d.min(resync)),
-    ))
+    Ok(())
 }

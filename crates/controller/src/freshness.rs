@@ -1,0 +1,165 @@
+//! The one freshness mechanism: what the operator wrote that its caches do not show yet.
+//!
+//! A plan is only as good as what it observes. Our own writes reach the caches a moment
+//! later (a watch event), or never (a stalled watch). For each TrainCluster the operator
+//! keeps the writes still outstanding, and nothing else:
+//!
+//! * **pods created** (by name, with the slice each was placed on): until the pod cache
+//!   shows them, the cluster does not plan again, and no other cluster may take that slice;
+//! * **pods deleted** (by uid): until the pod cache shows them gone or Terminating;
+//! * **the status written**: until the TrainCluster cache shows it, the planner's memory is
+//!   the status we wrote, not the older one cached. When a write's outcome is unknown (it
+//!   timed out, or the connection dropped), the status is read back before the next plan.
+//!
+//! A fresh list (a relist) is authoritative and ends every pod expectation. Expectations the
+//! cache has not met within [`EXPECTATION_TIMEOUT`] mean the watch stopped delivering: the
+//! cache is relisted and `/readyz` fails until it has. Nothing here depends on a resync.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use slice_core::api::TrainClusterStatus;
+use slice_core::lean::LeanPod;
+
+/// How long the pod cache may take to show our own writes before it counts as stalled (a
+/// real watch shows them in well under a second).
+pub const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Whether the caches show this cluster's own last writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Freshness {
+    Fresh,
+    /// Not yet, within [`EXPECTATION_TIMEOUT`].
+    Catching,
+    /// Not within [`EXPECTATION_TIMEOUT`]: the watch has stopped delivering.
+    Stalled,
+}
+
+/// One cluster's writes not yet seen in the caches.
+#[derive(Debug, Default)]
+pub struct Outstanding {
+    /// Pod name -> the slice it was placed on, if pinned.
+    created: HashMap<String, Option<String>>,
+    deleted: HashSet<String>,
+    deadline: Option<Instant>,
+    /// The pod cache's relist count when the pod expectations were made.
+    relists: u64,
+    status: Option<TrainClusterStatus>,
+    status_unknown: bool,
+}
+
+impl Outstanding {
+    /// Pods about to be created, each with its slice. Recorded before the planning lock is
+    /// released, so no other cluster plans onto those slices in between.
+    pub fn expect_created(
+        &mut self,
+        pods: impl IntoIterator<Item = (String, Option<String>)>,
+        relists: u64,
+        now: Instant,
+    ) {
+        let before = self.created.len();
+        self.created.extend(pods);
+        if self.created.len() != before {
+            self.arm(relists, now);
+        }
+    }
+
+    /// Pods whose creation was not attempted or failed: nothing of theirs is coming.
+    pub fn withdraw_created<'a>(&mut self, names: impl IntoIterator<Item = &'a str>) {
+        for name in names {
+            self.created.remove(name);
+        }
+    }
+
+    /// Pods (by uid) whose deletion the server accepted.
+    pub fn expect_deleted(
+        &mut self,
+        uids: impl IntoIterator<Item = String>,
+        relists: u64,
+        now: Instant,
+    ) {
+        let before = self.deleted.len();
+        self.deleted.extend(uids);
+        if self.deleted.len() != before {
+            self.arm(relists, now);
+        }
+    }
+
+    fn arm(&mut self, relists: u64, now: Instant) {
+        self.relists = relists;
+        self.deadline = Some(now + EXPECTATION_TIMEOUT);
+    }
+
+    /// The server accepted this status.
+    pub fn wrote_status(&mut self, status: TrainClusterStatus) {
+        self.status = Some(status);
+        self.status_unknown = false;
+    }
+
+    /// A status write failed in a way that may or may not have applied it.
+    pub fn status_unknown(&mut self) {
+        self.status = None;
+        self.status_unknown = true;
+    }
+
+    /// True when the status must be read back from the server before planning.
+    pub fn needs_status_read(&self) -> bool {
+        self.status_unknown
+    }
+
+    /// The planner's memory: our last written status while the cache has not shown it, else
+    /// the cached one. Drops ours once the cache has caught up.
+    pub fn status_for_planning(
+        &mut self,
+        cached: Option<&TrainClusterStatus>,
+    ) -> Option<TrainClusterStatus> {
+        if self
+            .status
+            .as_ref()
+            .is_some_and(|ours| Some(ours) == cached)
+        {
+            self.status = None;
+        }
+        self.status.clone().or_else(|| cached.cloned())
+    }
+
+    /// Compare the expectations with the pod cache (this cluster's pods) and say whether a
+    /// plan may be made. `relists`: the pod cache's relist count now.
+    pub fn check(&mut self, pods: &[Arc<LeanPod>], relists: u64, now: Instant) -> Freshness {
+        if self.relists != relists {
+            // A fresh list is authoritative: whatever it lacks is not coming.
+            self.clear_pods();
+        }
+        self.created
+            .retain(|name, _| !pods.iter().any(|p| p.metadata.name.as_ref() == Some(name)));
+        self.deleted.retain(|uid| {
+            pods.iter().any(|p| {
+                p.metadata.uid.as_ref() == Some(uid) && p.metadata.deletion_timestamp.is_none()
+            })
+        });
+        if self.created.is_empty() && self.deleted.is_empty() {
+            self.clear_pods();
+            return Freshness::Fresh;
+        }
+        match self.deadline {
+            Some(deadline) if deadline <= now => Freshness::Stalled,
+            _ => Freshness::Catching,
+        }
+    }
+
+    /// Forget the pod expectations (the cache is being relisted).
+    pub fn clear_pods(&mut self) {
+        self.created.clear();
+        self.deleted.clear();
+        self.deadline = None;
+    }
+
+    /// Slices our pending creates were placed on.
+    pub fn slices_taken(&self) -> impl Iterator<Item = &str> {
+        self.created.values().filter_map(|s| s.as_deref())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,103 @@
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use slice_core::api::Phase;
+
+use super::*;
+
+fn pod(name: &str, uid: &str) -> Arc<LeanPod> {
+    let mut pod = LeanPod::default();
+    pod.metadata.name = Some(name.into());
+    pod.metadata.uid = Some(uid.into());
+    Arc::new(pod)
+}
+
+fn terminating(name: &str, uid: &str) -> Arc<LeanPod> {
+    let mut pod = (*pod(name, uid)).clone();
+    pod.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+    Arc::new(pod)
+}
+
+#[test]
+fn created_pods_hold_their_slices_until_the_cache_shows_them() {
+    let start = Instant::now();
+    let mut out = Outstanding::default();
+    out.expect_created(
+        [
+            ("a-0".to_string(), Some("pool-1".to_string())),
+            ("b-0".to_string(), Some("pool-2".to_string())),
+        ],
+        0,
+        start,
+    );
+    let mut taken: Vec<_> = out.slices_taken().collect();
+    taken.sort();
+    assert_eq!(taken, ["pool-1", "pool-2"]);
+    assert_eq!(
+        out.check(&[pod("a-0", "u1")], 0, start),
+        Freshness::Catching
+    );
+    assert_eq!(out.slices_taken().collect::<Vec<_>>(), ["pool-2"]);
+    out.withdraw_created(["b-0"]);
+    assert_eq!(out.check(&[pod("a-0", "u1")], 0, start), Freshness::Fresh);
+    assert_eq!(out.slices_taken().count(), 0);
+}
+
+#[test]
+fn deleted_pods_are_expected_gone_or_terminating() {
+    let start = Instant::now();
+    let mut out = Outstanding::default();
+    out.expect_deleted(["u1".to_string(), "u2".to_string()], 0, start);
+    let still = [pod("a-0", "u1"), pod("a-1", "u2")];
+    assert_eq!(out.check(&still, 0, start), Freshness::Catching);
+    let going = [terminating("a-0", "u1"), pod("a-1", "other-uid")];
+    assert_eq!(
+        out.check(&going, 0, start),
+        Freshness::Fresh,
+        "Terminating, or a new pod of the same name, is our delete shown"
+    );
+}
+
+#[test]
+fn a_cache_that_never_catches_up_is_stalled_and_a_relist_ends_the_wait() {
+    let start = Instant::now();
+    let mut out = Outstanding::default();
+    out.expect_created([("a-0".to_string(), None)], 3, start);
+    assert_eq!(
+        out.check(
+            &[],
+            3,
+            start + EXPECTATION_TIMEOUT - Duration::from_millis(1)
+        ),
+        Freshness::Catching
+    );
+    assert_eq!(
+        out.check(&[], 3, start + EXPECTATION_TIMEOUT),
+        Freshness::Stalled
+    );
+    assert_eq!(
+        out.check(&[], 4, start + EXPECTATION_TIMEOUT),
+        Freshness::Fresh,
+        "a fresh list is authoritative"
+    );
+}
+
+#[test]
+fn our_status_is_the_memory_until_the_cache_shows_it() {
+    let status = |phase| TrainClusterStatus {
+        phase,
+        ..Default::default()
+    };
+    let (old, new) = (status(Phase::Pending), status(Phase::Running));
+    let mut out = Outstanding::default();
+    assert_eq!(out.status_for_planning(Some(&old)), Some(old.clone()));
+    out.wrote_status(new.clone());
+    assert_eq!(out.status_for_planning(Some(&old)), Some(new.clone()));
+    assert_eq!(out.status_for_planning(Some(&new)), Some(new.clone()));
+    // Caught up: ours is dropped, and the cache is the memory again.
+    let later = status(Phase::Restarting);
+    assert_eq!(out.status_for_planning(Some(&later)), Some(later));
+
+    out.status_unknown();
+    assert!(out.needs_status_read());
+    out.wrote_status(new.clone());
+    assert!(!out.needs_status_read());
+}
