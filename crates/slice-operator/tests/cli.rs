@@ -198,3 +198,87 @@ where
     }
     None
 }
+
+/// An API server that accepts connections and never answers: every call hangs, as when the
+/// server is unreachable behind a load balancer. Returns a kubeconfig for it.
+fn silent_api_server(tag: &str) -> std::path::PathBuf {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let held: Vec<_> = listener.incoming().collect();
+        drop(held);
+    });
+    let path = std::env::temp_dir().join(format!("silent-{tag}-{}.kubeconfig", std::process::id()));
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: silent\n\
+         clusters: [{{name: silent, cluster: {{server: 'http://{addr}'}}}}]\n\
+         users: [{{name: silent, user: {{}}}}]\n\
+         contexts: [{{name: silent, context: {{cluster: silent, user: silent, namespace: default}}}}]\n"
+    );
+    std::fs::write(&path, kubeconfig).unwrap();
+    path
+}
+
+/// Start `run` with `args`, wait until it logs `ready_line`, send SIGTERM, and return how long
+/// it took to exit (None if it did not within 15 s).
+fn time_to_exit_after_sigterm(args: &[&str], ready_line: &str) -> Option<std::time::Duration> {
+    use std::io::{BufRead, BufReader};
+    use std::time::{Duration, Instant};
+    let mut child = KillOnDrop(
+        bin()
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let stdout = child.0.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let wanted = ready_line.to_string();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line.contains(&wanted) {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(30))
+        .unwrap_or_else(|_| panic!("never logged {ready_line:?}"));
+    let status = Command::new("kill")
+        .args(["-TERM", &child.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let sent = Instant::now();
+    while sent.elapsed() < Duration::from_secs(15) {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            assert!(status.success(), "a clean exit, not a crash: {status}");
+            return Some(sent.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+#[test]
+fn sigterm_ends_the_operator_promptly_while_the_api_server_does_not_answer() {
+    // With leader election (as the chart runs it) it waits for the lease; without, for its
+    // caches to list. Either way Kubernetes must not wait out the termination grace period.
+    let kubeconfig = silent_api_server("sigterm");
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let base = ["run", "--kubeconfig", kubeconfig, "--metrics-addr", "127.0.0.1:0"];
+    let cases: [(&[&str], &str); 2] = [
+        (&["--leader-election"], "waiting for the leader lease"),
+        (&[], "serving /metrics"),
+    ];
+    for (extra, ready_line) in cases {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        let took = time_to_exit_after_sigterm(&args, ready_line);
+        assert!(
+            took.is_some_and(|t| t < std::time::Duration::from_secs(7)),
+            "{extra:?}: exited {took:?} after SIGTERM"
+        );
+    }
+    let _ = std::fs::remove_file(kubeconfig);
+}
