@@ -267,7 +267,13 @@ fn sigterm_ends_the_operator_promptly_while_the_api_server_does_not_answer() {
     // caches to list. Either way Kubernetes must not wait out the termination grace period.
     let kubeconfig = silent_api_server("sigterm");
     let kubeconfig = kubeconfig.to_str().unwrap();
-    let base = ["run", "--kubeconfig", kubeconfig, "--metrics-addr", "127.0.0.1:0"];
+    let base = [
+        "run",
+        "--kubeconfig",
+        kubeconfig,
+        "--metrics-addr",
+        "127.0.0.1:0",
+    ];
     let cases: [(&[&str], &str); 2] = [
         (&["--leader-election"], "waiting for the leader lease"),
         (&[], "serving /metrics"),
