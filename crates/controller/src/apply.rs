@@ -8,14 +8,12 @@ use backon::{ExponentialBuilder, Retryable};
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::events::{Event, EventType};
 use serde_json::{Value, json};
 
-use super::context::Context;
 use crate::error::{Error, Result};
 use slice_core::api::{TrainCluster, TrainClusterStatus};
 use slice_core::constants::FIELD_MANAGER;
-use slice_core::planner::{EventType as PlannedType, GroupCreate, GroupDelete, PlannedEvent};
+use slice_core::planner::{GroupCreate, GroupDelete};
 
 /// 429, 5xx and transport errors are worth retrying; other API errors are answers.
 pub fn retryable(e: &kube::Error) -> bool {
@@ -188,10 +186,14 @@ pub async fn create_group(api: &Api<Pod>, group: &GroupCreate, concurrency: usiz
             let api = api.clone();
             async move {
                 let (api, params, pod) = (&api, &params, &pod);
-                (|| bounded(api.create(params, pod)))
+                let created = (|| bounded(api.create(params, pod)))
                     .retry(backoff())
                     .when(retryable)
-                    .await
+                    .await;
+                match created {
+                    Err(e) if is_code(&e, 409) => already_ours(api, pod).await.ok_or(e),
+                    other => other,
+                }
             }
         })
         .buffer_unordered(concurrency.max(1))
@@ -239,23 +241,133 @@ pub async fn create_group(api: &Api<Pod>, group: &GroupCreate, concurrency: usiz
     })
 }
 
-pub async fn publish_events(ctx: &Context, tc: &TrainCluster, events: &[PlannedEvent]) {
-    use kube::Resource;
-    let reference = tc.object_ref(&());
-    for event in events {
-        let kube_event = Event {
-            type_: match event.type_ {
-                PlannedType::Normal => EventType::Normal,
-                PlannedType::Warning => EventType::Warning,
-            },
-            reason: event.reason.to_string(),
-            note: Some(event.note.clone()),
-            action: event.reason.to_string(),
-            secondary: None,
-        };
-        // Events are best effort: a failure to record one never fails the reconcile.
-        if let Err(e) = ctx.recorder.publish(&kube_event, &reference).await {
-            tracing::debug!(error = %e, reason = event.reason, "could not publish event");
+/// A create answered 409 AlreadyExists: news, not an error to retry. If the pod of that name
+/// is this very pod (same owner, same group incarnation, not being deleted), an earlier
+/// attempt whose answer was lost created it: it counts as created. Anything else is a real
+/// conflict.
+async fn already_ours(api: &Api<Pod>, pod: &Pod) -> Option<Pod> {
+    let name = pod.metadata.name.as_deref()?;
+    let existing = bounded(api.get_opt(name)).await.ok()??;
+    same_pod_incarnation(&existing, pod).then_some(existing)
+}
+
+/// True when `existing` is the pod `wanted` describes: the same owner and group key.
+pub fn same_pod_incarnation(existing: &Pod, wanted: &Pod) -> bool {
+    let key = |p: &Pod| {
+        p.metadata
+            .labels
+            .as_ref()?
+            .get(slice_core::constants::LABEL_GROUP_KEY)
+            .cloned()
+    };
+    let owners = |p: &Pod| {
+        let refs = p.metadata.owner_references.as_deref().unwrap_or_default();
+        refs.iter().map(|o| o.uid.clone()).collect::<Vec<_>>()
+    };
+    key(existing).is_some()
+        && key(existing) == key(wanted)
+        && !owners(wanted).is_empty()
+        && owners(existing) == owners(wanted)
+        && existing.metadata.deletion_timestamp.is_none()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use http::{Request, Response};
+    use kube::client::Body;
+    use slice_core::constants::LABEL_GROUP_KEY;
+
+    use super::*;
+
+    fn pod(name: &str, key: &str, owner: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": name, "namespace": "ns", "uid": format!("uid-{name}"),
+                "labels": {LABEL_GROUP_KEY: key},
+                "ownerReferences": [{"apiVersion": "slices.dev/v1alpha1", "kind": "TrainCluster",
+                                     "name": "tc", "uid": owner, "controller": true}]
+            }
+        }))
+        .unwrap()
+    }
+
+    /// An API server whose every pod already exists as `existing`: creates get 409, gets
+    /// return it. Records each request's method and path.
+    fn server_with(existing: Pod) -> (Api<Pod>, Arc<Mutex<Vec<String>>>) {
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        tokio::spawn(async move {
+            while let Some((request, respond)) = handle.next_request().await {
+                log.lock()
+                    .unwrap()
+                    .push(format!("{} {}", request.method(), request.uri().path()));
+                let (code, body) = match request.method().as_str() {
+                    "POST" => (
+                        409,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                               "reason": "AlreadyExists", "code": 409, "message": "exists"}),
+                    ),
+                    "GET" => (200, serde_json::to_value(&existing).unwrap()),
+                    _ => (
+                        200,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
+                    ),
+                };
+                let response = Response::builder()
+                    .status(code)
+                    .header("content-type", "application/json")
+                    .body(Body::from(serde_json::to_vec(&body).unwrap()))
+                    .unwrap();
+                respond.send_response(response);
+            }
+        });
+        let client = kube::Client::new(service, "ns");
+        (Api::namespaced(client, "ns"), seen)
+    }
+
+    fn group_of(pod: Pod) -> GroupCreate {
+        GroupCreate {
+            group: "w".into(),
+            replica: 0,
+            epoch: 1,
+            slice: None,
+            pods: vec![pod],
+        }
+    }
+
+    #[tokio::test]
+    async fn already_exists_for_our_own_pod_is_a_create_that_happened() {
+        let ours = pod("tc-w-0-0", "key-1", "tc-uid");
+        let (api, seen) = server_with(ours.clone());
+        create_group(&api, &group_of(ours), 4).await.unwrap();
+        let seen = seen.lock().unwrap().clone();
+        assert!(seen.iter().all(|r| !r.starts_with("DELETE")), "{seen:?}");
+        assert_eq!(seen.len(), 2, "one create, one read, no retry: {seen:?}");
+    }
+
+    #[tokio::test]
+    async fn already_exists_for_another_pod_is_a_conflict() {
+        for stranger in [
+            pod("tc-w-0-0", "key-0", "tc-uid"),
+            pod("tc-w-0-0", "key-1", "old-tc-uid"),
+        ] {
+            let (api, seen) = server_with(stranger);
+            let wanted = pod("tc-w-0-0", "key-1", "tc-uid");
+            let err = create_group(&api, &group_of(wanted), 4).await.unwrap_err();
+            assert!(
+                matches!(err, Error::PartialGroup { created: 0, .. }),
+                "{err}"
+            );
+            let posts = seen
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|r| r.starts_with("POST"))
+                .count();
+            assert_eq!(posts, 1, "a 409 is an answer, not retried");
         }
     }
 }

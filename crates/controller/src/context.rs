@@ -10,6 +10,7 @@ use kube::Client;
 use kube::runtime::events::Recorder;
 
 use super::config::OperatorConfig;
+use super::events::EventBudget;
 use super::freshness::Outstanding;
 use super::metrics::Metrics;
 use super::watches::Cache;
@@ -54,6 +55,15 @@ pub struct ClusterMemory {
     pub malformed_generation: Option<Option<i64>>,
     /// When the first failure of the current disruption was detected.
     pub disrupted_since: Option<Instant>,
+    /// Events this cluster may still emit (see [`crate::events`]).
+    events: Option<EventBudget>,
+}
+
+impl ClusterMemory {
+    pub fn event_budget(&mut self) -> &mut EventBudget {
+        self.events
+            .get_or_insert_with(|| EventBudget::new(Instant::now()))
+    }
 }
 
 impl Context {

@@ -6,6 +6,7 @@ pub mod apply;
 pub mod config;
 pub mod context;
 pub mod error;
+pub mod events;
 pub mod freshness;
 pub mod http;
 pub mod leader;

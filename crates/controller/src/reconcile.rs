@@ -11,9 +11,9 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use tracing::{Instrument, info, info_span, warn};
 
-use super::apply;
 use super::context::Context;
 use super::freshness::{EXPECTATION_TIMEOUT, Freshness};
+use super::{apply, events};
 use crate::error::{Error, Result};
 use slice_core::api::{Phase, TrainCluster, TrainClusterStatus};
 use slice_core::constants::LABEL_CLUSTER;
@@ -308,8 +308,22 @@ async fn apply_plan(
             info!(phase = ?plan.status.phase, desired = plan.status.desired_slices, ready = plan.status.ready_slices, "phase changed");
         }
     }
-    apply::publish_events(ctx, tc, &plan.events).await;
 
+    let acted = apply_pods(ctx, tc, plan, relists, created).await;
+    // After the actions (the status change above is one): an event says what happened.
+    events::publish(ctx, tc, &plan.events).await;
+    acted
+}
+
+/// Deletes, then creates, then the head pod.
+async fn apply_pods(
+    ctx: &Context,
+    tc: &TrainCluster,
+    plan: &planner::Plan,
+    relists: u64,
+    created: &mut usize,
+) -> Result<()> {
+    let (namespace, uid) = (tc.namespace().unwrap_or_default(), uid(tc));
     let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
     let disruption = plan
         .delete
