@@ -1,8 +1,10 @@
-//! Fault injection: per-verb (optionally per-resource) error rates, added latency, dropping
-//! all open watches and expiring resourceVersions. Randomness comes from a seeded
-//! splitmix64 generator, so a given seed and request sequence is reproducible.
+//! Fault injection: per-verb (optionally per-resource) error rates, added latency, watch
+//! latency, stalling the open watches of a resource, dropping all open watches and expiring
+//! resourceVersions. Randomness comes from a seeded splitmix64 generator, so a given seed
+//! and request sequence is reproducible.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -56,12 +58,21 @@ struct FaultState {
     injected: u64,
 }
 
+/// Stalled resources (plural) -> the watch id below which their streams are stalled (the
+/// streams open when the stall began).
+pub(crate) type Stalls = HashMap<String, u64>;
+
 /// Handle for configuring fault injection. Cheap to clone.
 #[derive(Clone)]
 pub struct Faults {
     state: Arc<Mutex<FaultState>>,
     store: SharedStore,
     drop_watches: Arc<tokio::sync::watch::Sender<u64>>,
+    stalls: Arc<tokio::sync::watch::Sender<Stalls>>,
+    /// Ids handed to watch streams as they open, in order.
+    watch_ids: Arc<AtomicU64>,
+    /// Watch latency in nanoseconds (0: none).
+    watch_latency: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Faults {
@@ -83,8 +94,9 @@ impl Faults {
         seed: u64,
         store: SharedStore,
         drop_watches: Arc<tokio::sync::watch::Sender<u64>>,
+        watch_latency: Option<Duration>,
     ) -> Self {
-        Self {
+        let faults = Self {
             state: Arc::new(Mutex::new(FaultState {
                 rng: seed,
                 rules: Vec::new(),
@@ -93,7 +105,12 @@ impl Faults {
             })),
             store,
             drop_watches,
-        }
+            stalls: Arc::new(tokio::sync::watch::channel(Stalls::new()).0),
+            watch_ids: Arc::new(AtomicU64::new(0)),
+            watch_latency: Arc::new(AtomicU64::new(0)),
+        };
+        faults.set_watch_latency(watch_latency.unwrap_or(Duration::ZERO));
+        faults
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, FaultState> {
@@ -144,11 +161,40 @@ impl Faults {
         }
     }
 
-    /// Remove all error rules and latencies.
+    /// Delay the delivery of every watch event and every list response by `latency`, as a
+    /// slow network or a busy API server would (`Duration::ZERO` removes it). Events keep
+    /// their order and are not delayed behind one another: each arrives `latency` after the
+    /// change was made (or after the watch started, for its initial events).
+    pub fn set_watch_latency(&self, latency: Duration) {
+        let nanos = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
+        self.watch_latency.store(nanos, Ordering::Relaxed);
+    }
+
+    /// Stall (`stalled: true`) or resume the watch streams of a resource (plural, e.g.
+    /// `"pods"`; in every API group) that are open now, as a wedged TCP connection would:
+    /// the connection stays open but delivers nothing (no events, no bookmarks, no end of
+    /// stream). Watches opened later are not affected. On resume the held-back events are
+    /// delivered in order. Events keep queueing in the meantime; a stream that falls more
+    /// than `watch_buffer` events behind is closed as too slow, like any slow watcher.
+    /// [`Faults::drop_watches`] still closes stalled streams.
+    pub fn stall_watches(&self, resource: &str, stalled: bool) {
+        let below = self.watch_ids.load(Ordering::SeqCst);
+        self.stalls.send_modify(|m| {
+            if stalled {
+                m.insert(resource.to_string(), below);
+            } else {
+                m.remove(resource);
+            }
+        });
+    }
+
+    /// Remove all error rules and latencies and resume stalled watches (the watch latency
+    /// stays: see [`Faults::set_watch_latency`]).
     pub fn clear(&self) {
         let mut s = self.lock();
         s.rules.clear();
         s.latency.clear();
+        self.stalls.send_modify(Stalls::clear);
     }
 
     /// How many errors have been injected so far.
@@ -171,6 +217,20 @@ impl Faults {
 
     pub(crate) fn latency(&self, verb: Verb) -> Option<Duration> {
         self.lock().latency.get(&verb).copied()
+    }
+
+    /// The watch latency, if any.
+    pub(crate) fn watch_latency(&self) -> Option<Duration> {
+        match self.watch_latency.load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(Duration::from_nanos(n)),
+        }
+    }
+
+    /// An id for a watch stream opening now, and a receiver of the stalls.
+    pub(crate) fn open_watch(&self) -> (u64, tokio::sync::watch::Receiver<Stalls>) {
+        let rx = self.stalls.subscribe();
+        (self.watch_ids.fetch_add(1, Ordering::SeqCst), rx)
     }
 
     /// Decide whether to inject an error for this request.

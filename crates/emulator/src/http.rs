@@ -412,7 +412,11 @@ async fn resource(
                 q.get("continue").map(String::as_str),
                 exact,
             )?;
-            Ok(list_response(&info, &r.items, r.rv, r.cont, r.remaining))
+            let response = list_response(&info, &r.items, r.rv, r.cont, r.remaining);
+            if let Some(latency) = st.faults.watch_latency() {
+                tokio::time::sleep(latency).await;
+            }
+            Ok(response)
         }
         Verb::Watch => watch::serve(st, &info, ns.map(str::to_string), q),
         Verb::Create => {

@@ -57,9 +57,10 @@
 //!   (background policy semantics; `Foreground` is treated as `Background`; `Orphan`
 //!   removes the owner reference from dependents). Dependents whose owners never existed
 //!   are not collected. Namespace deletion removes the contents immediately.
-//! * Graceful deletion exists only for pods bound to a node and only when
-//!   [`EmulatorOptions::graceful_pod_deletion`] is on; nothing ever completes it
-//!   automatically (a kubelet-like client must delete again with `gracePeriodSeconds=0`).
+//! * Graceful deletion exists only for pods (bound to a node and not terminal, as in the
+//!   real server; [`EmulatorOptions::graceful_pod_deletion`], on by default); nothing ever
+//!   completes it automatically, not even when the grace period has passed (a kubelet-like
+//!   client must delete again with `gracePeriodSeconds=0`).
 //! * No-op writes return the current object without a new resourceVersion (like the real
 //!   server), but `generation` is bumped on any change outside metadata/status.
 
@@ -93,9 +94,14 @@ use store::{SharedStore, Store, WriteMode};
 pub struct EmulatorOptions {
     /// Seed for the deterministic RNG used by fault injection (and uid/generateName).
     pub seed: u64,
-    /// When on, deleting a pod bound to a node (spec.nodeName set) only sets
-    /// `deletionTimestamp` + `deletionGracePeriodSeconds`; the pod disappears when a client
-    /// deletes it again with `gracePeriodSeconds=0`. Default off (immediate removal).
+    /// Graceful pod deletion, as the real server does it (default on). Deleting a pod that
+    /// is bound to a node (`spec.nodeName` set) and not terminal (`Succeeded`/`Failed`) only
+    /// sets `deletionTimestamp` (now + grace) and `deletionGracePeriodSeconds`, the grace
+    /// period being the request's `gracePeriodSeconds`, else the pod's
+    /// `terminationGracePeriodSeconds` (30 by default); the pod stays until a client (the
+    /// kubelet) deletes it again with `gracePeriodSeconds=0`. A later delete may shorten the
+    /// grace period, never extend it. Unbound and terminal pods, and a grace period of 0,
+    /// are removed at once. Off: every pod deletion is immediate (finalizers permitting).
     pub graceful_pod_deletion: bool,
     /// Number of events kept for watch resumption (global, all resource types).
     pub history_limit: usize,
@@ -103,6 +109,9 @@ pub struct EmulatorOptions {
     pub watch_buffer: usize,
     /// Interval between BOOKMARK events on watches that allow them.
     pub bookmark_interval: Duration,
+    /// Delay every watch event and list response by this much (default none); see
+    /// [`Faults::set_watch_latency`], which changes it at runtime.
+    pub watch_latency: Option<Duration>,
     /// Number of requests retained in the request log.
     pub request_log_limit: usize,
     /// Bytes of each request body retained in the request log.
@@ -113,10 +122,11 @@ impl Default for EmulatorOptions {
     fn default() -> Self {
         Self {
             seed: 42,
-            graceful_pod_deletion: false,
+            graceful_pod_deletion: true,
             history_limit: 50_000,
             watch_buffer: 65_536,
             bookmark_interval: Duration::from_secs(5),
+            watch_latency: None,
             request_log_limit: 20_000,
             request_body_limit: 16 * 1024,
         }
@@ -155,7 +165,12 @@ impl Emulator {
         let drop_tx = Arc::new(drop_tx);
         let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
         let state = Arc::new(http::AppState {
-            faults: Faults::new(opts.seed, store.clone(), drop_tx.clone()),
+            faults: Faults::new(
+                opts.seed,
+                store.clone(),
+                drop_tx.clone(),
+                opts.watch_latency,
+            ),
             store,
             log: RequestLog::new(opts.request_log_limit, opts.request_body_limit),
             drop_watches: drop_tx,
@@ -327,6 +342,13 @@ impl Emulator {
     /// Request-log handle.
     pub fn requests(&self) -> RequestLog {
         self.state.log.clone()
+    }
+
+    /// Stall (`true`) or resume (`false`) the open watch streams of a resource (plural, e.g.
+    /// `"pods"`): the connections stay open but deliver nothing until resumed, as a wedged
+    /// TCP connection would. Same as [`Faults::stall_watches`].
+    pub fn stall_watches(&self, resource: &str, stalled: bool) {
+        self.state.faults.stall_watches(resource, stalled);
     }
 
     /// Turn graceful pod deletion on or off at runtime.

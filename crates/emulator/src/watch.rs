@@ -4,7 +4,9 @@
 //! events), filters by resource type / namespace / selectors, and turns selector
 //! transitions into ADDED/DELETED like the real server. A watcher that falls behind the
 //! broadcast buffer has its stream closed (the client re-watches from its last
-//! resourceVersion, served from the bounded history or answered with 410 Gone).
+//! resourceVersion, served from the bounded history or answered with 410 Gone). Every line
+//! goes out through an `Outlet`, which applies the watch latency and stalls
+//! (`Faults::set_watch_latency`, `Faults::stall_watches`).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -18,10 +20,13 @@ use bytes::Bytes;
 use serde_json::json;
 use tokio::sync::{broadcast, mpsc};
 
+use tokio::time::Instant;
+
 use super::errors::ApiError;
+use super::faults::Stalls;
 use super::http::AppState;
 use super::selectors::{FieldSelector, LabelSelector};
-use super::store::{EventRecord, EventType, ResourceInfo};
+use super::store::{EventRecord, EventType, ResourceInfo, WatchStart};
 
 struct WatchCtx {
     key: String,
@@ -149,64 +154,146 @@ pub(crate) fn serve(
             return Ok(streaming(rx));
         }
     };
-    let st = st.clone();
-    let interval = st.bookmark_interval;
-    tokio::spawn(async move {
-        let mut drop_rx = st.drop_watches.subscribe();
-        drop_rx.borrow_and_update();
-        let mut shutdown = st.shutdown.clone();
-        let mut last_rv = start.rv;
-        for ev in &start.initial {
-            if let Some(b) = ctx.render(ev)
-                && tx.send(b).await.is_err()
-            {
-                return;
+    let (id, stalls) = st.faults.open_watch();
+    let out = Outlet {
+        tx,
+        st: st.clone(),
+        plural: info.plural.clone(),
+        id,
+        stalls,
+        drop_rx: st.drop_watches.subscribe(),
+        shutdown: st.shutdown.clone(),
+        opened: tokio::time::Instant::now(),
+    };
+    tokio::spawn(run(out, ctx, start, send_initial, bookmarks, timeout));
+    Ok(streaming(rx))
+}
+
+/// Where a watch's events go: the response body, with the watch latency and stalls applied.
+struct Outlet {
+    tx: mpsc::Sender<Bytes>,
+    st: Arc<AppState>,
+    plural: String,
+    /// This stream's id (see `Faults::stall_watches`).
+    id: u64,
+    stalls: tokio::sync::watch::Receiver<Stalls>,
+    drop_rx: tokio::sync::watch::Receiver<u64>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+    opened: Instant,
+}
+
+impl Outlet {
+    fn stalled(&mut self) -> bool {
+        let stalls = self.stalls.borrow_and_update();
+        stalls
+            .get(&self.plural)
+            .is_some_and(|below| self.id < *below)
+    }
+
+    /// Sends one line made at `made` (delayed by the watch latency, held while stalled);
+    /// false when the stream is over (client gone, watches dropped, shutdown).
+    async fn send(&mut self, line: Bytes, made: Instant) -> bool {
+        if let Some(latency) = self.st.faults.watch_latency() {
+            let due = made.max(self.opened) + latency;
+            tokio::select! {
+                _ = tokio::time::sleep_until(due) => {}
+                _ = self.drop_rx.changed() => return false,
+                _ = self.shutdown.changed() => return false,
+                _ = self.tx.closed() => return false,
             }
         }
-        if send_initial && bookmarks && tx.send(ctx.bookmark(last_rv, true)).await.is_err() {
+        if !self.wait_while_stalled().await {
+            return false;
+        }
+        self.tx.send(line).await.is_ok()
+    }
+
+    /// Waits while this stream is stalled; false when the stream is over meanwhile.
+    async fn wait_while_stalled(&mut self) -> bool {
+        if !self.stalled() {
+            return true;
+        }
+        let mut stalls = self.stalls.clone();
+        let (plural, id) = (self.plural.clone(), self.id);
+        let resumed = stalls.wait_for(|m| m.get(&plural).is_none_or(|below| id >= *below));
+        tokio::select! {
+            r = resumed => r.is_ok(),
+            _ = self.drop_rx.changed() => false,
+            _ = self.shutdown.changed() => false,
+            _ = self.tx.closed() => false,
+        }
+    }
+
+    /// Ends the stream, but not before a stall is over (the end must not get through
+    /// either).
+    async fn finish(mut self) {
+        self.wait_while_stalled().await;
+    }
+}
+
+async fn run(
+    mut out: Outlet,
+    ctx: WatchCtx,
+    start: WatchStart,
+    send_initial: bool,
+    bookmarks: bool,
+    timeout: Option<Duration>,
+) {
+    let mut last_rv = start.rv;
+    for ev in &start.initial {
+        if let Some(b) = ctx.render(ev)
+            && !out.send(b, ev.emitted).await
+        {
             return;
         }
-        let mut events = start.rx;
-        let deadline = tokio::time::sleep(timeout.unwrap_or(Duration::from_secs(86_400 * 365)));
-        tokio::pin!(deadline);
-        let mut ticker = tokio::time::interval(interval.max(Duration::from_millis(10)));
-        ticker.tick().await;
-        loop {
-            tokio::select! {
-                r = events.recv() => match r {
-                    Ok(ev) => {
-                        last_rv = last_rv.max(ev.rv);
-                        if let Some(b) = ctx.render(&ev) && tx.send(b).await.is_err() {
-                            return;
-                        }
-                    }
-                    Err(_) => return,
-                },
-                _ = ticker.tick(), if bookmarks => {
-                    let cur = st.store.lock().current_rv();
-                    loop {
-                        match events.try_recv() {
-                            Ok(ev) => {
-                                last_rv = last_rv.max(ev.rv);
-                                if let Some(b) = ctx.render(&ev) && tx.send(b).await.is_err() {
-                                    return;
-                                }
-                            }
-                            Err(broadcast::error::TryRecvError::Empty) => break,
-                            Err(_) => return,
-                        }
-                    }
-                    last_rv = last_rv.max(cur);
-                    if tx.send(ctx.bookmark(last_rv, false)).await.is_err() {
+    }
+    if send_initial && bookmarks && !out.send(ctx.bookmark(last_rv, true), Instant::now()).await {
+        return;
+    }
+    let mut events = start.rx;
+    let deadline = tokio::time::sleep(timeout.unwrap_or(Duration::from_secs(86_400 * 365)));
+    tokio::pin!(deadline);
+    let mut ticker = tokio::time::interval(out.st.bookmark_interval.max(Duration::from_millis(10)));
+    // After a stall, one bookmark rather than a burst of the missed ones.
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker.tick().await;
+    let mut drop_rx = out.drop_rx.clone();
+    let mut shutdown = out.shutdown.clone();
+    loop {
+        tokio::select! {
+            r = events.recv() => match r {
+                Ok(ev) => {
+                    last_rv = last_rv.max(ev.rv);
+                    if let Some(b) = ctx.render(&ev) && !out.send(b, ev.emitted).await {
                         return;
                     }
                 }
-                _ = &mut deadline => return,
-                _ = drop_rx.changed() => return,
-                _ = shutdown.changed() => return,
-                _ = tx.closed() => return,
+                Err(_) => break,
+            },
+            _ = ticker.tick(), if bookmarks => {
+                let cur = out.st.store.lock().current_rv();
+                loop {
+                    match events.try_recv() {
+                        Ok(ev) => {
+                            last_rv = last_rv.max(ev.rv);
+                            if let Some(b) = ctx.render(&ev) && !out.send(b, ev.emitted).await {
+                                return;
+                            }
+                        }
+                        Err(broadcast::error::TryRecvError::Empty) => break,
+                        Err(_) => return out.finish().await,
+                    }
+                }
+                last_rv = last_rv.max(cur);
+                if !out.send(ctx.bookmark(last_rv, false), Instant::now()).await {
+                    return;
+                }
             }
+            _ = &mut deadline => break,
+            _ = drop_rx.changed() => return,
+            _ = shutdown.changed() => return,
+            _ = out.tx.closed() => return,
         }
-    });
-    Ok(streaming(rx))
+    }
+    out.finish().await;
 }

@@ -94,12 +94,24 @@ async fn selectors_and_pagination() {
     names.dedup();
     assert_eq!(names.len(), 25);
 
-    // deletecollection with a label selector
+    // deletecollection with a label selector: the unbound odd pods are gone, the two bound
+    // to n1 (p01, p03) are only marked for deletion (graceful pod deletion, as the real
+    // server does it)
     pods.delete_collection(
         &DeleteParams::default(),
         &ListParams::default().labels("tier=odd"),
     )
     .await
     .unwrap();
-    assert_eq!(count(ListParams::default().labels("app=web")).await, 13);
+    let left = pods
+        .list(&ListParams::default().labels("app=web"))
+        .await
+        .unwrap();
+    let terminating: Vec<String> = left
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_some())
+        .map(|p| p.name_any())
+        .collect();
+    assert_eq!(terminating, ["p01", "p03"]);
+    assert_eq!(left.items.len() - terminating.len(), 13);
 }

@@ -279,3 +279,135 @@ async fn watch_timeout_ends_stream() {
     assert!(ended.is_ok());
     assert!(t.elapsed() >= Duration::from_millis(900));
 }
+
+/// The next raw watch event (5 s at most, against a hang).
+async fn next_raw(
+    s: &mut (impl futures::Stream<Item = kube::Result<WatchEvent<Pod>>> + Unpin),
+) -> WatchEvent<Pod> {
+    tokio::time::timeout(Duration::from_secs(5), s.try_next())
+        .await
+        .expect("an event in time")
+        .unwrap()
+        .expect("the stream goes on")
+}
+
+fn added_name(ev: WatchEvent<Pod>) -> String {
+    match ev {
+        WatchEvent::Added(p) => p.name_any(),
+        other => panic!("expected ADDED, got {other:?}"),
+    }
+}
+
+/// `watch_latency`: every watch event arrives no sooner than the latency after its change,
+/// in order, and every list response no sooner than the latency after the request.
+#[tokio::test]
+async fn watch_latency_delays_events_and_lists() {
+    let latency = Duration::from_millis(300);
+    let emu = Emulator::start(EmulatorOptions {
+        watch_latency: Some(latency),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(emu.client(), "default");
+    let asked = tokio::time::Instant::now();
+    let list = pods.list(&ListParams::default()).await.unwrap();
+    assert!(asked.elapsed() >= latency, "list answered too early");
+    let rv = list.metadata.resource_version.unwrap();
+    let mut s = pods
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let mut made = Vec::new();
+    for i in 0..3 {
+        made.push(tokio::time::Instant::now());
+        pods.create(&PostParams::default(), &pod(&format!("l{i}"), json!({})))
+            .await
+            .unwrap();
+    }
+    for (i, at) in made.iter().enumerate() {
+        assert_eq!(added_name(next_raw(&mut s).await), format!("l{i}"));
+        assert!(at.elapsed() >= latency, "event l{i} arrived too early");
+    }
+
+    // Off at runtime: a create is seen without the latency being waited for first.
+    emu.faults().set_watch_latency(Duration::ZERO);
+    pods.create(&PostParams::default(), &pod("l3", json!({})))
+        .await
+        .unwrap();
+    assert_eq!(added_name(next_raw(&mut s).await), "l3");
+}
+
+/// A stalled watch (a wedged connection) delivers nothing and stays open; watches opened
+/// later and watches of other resources are not affected; on resume the held-back events
+/// arrive in order on the same stream; `drop_watches` still closes a stalled stream.
+#[tokio::test]
+async fn stalled_watches_hold_events_without_closing() {
+    use futures::FutureExt;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    let emu = emu().await;
+    let pods: Api<Pod> = Api::namespaced(emu.client(), "default");
+    let cms: Api<ConfigMap> = Api::namespaced(emu.client(), "default");
+    let rv = pods
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut stalled = pods
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let mut other = cms
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    emu.stall_watches("pods", true);
+    for name in ["s1", "s2"] {
+        pods.create(&PostParams::default(), &pod(name, json!({})))
+            .await
+            .unwrap();
+    }
+    cms.create(&PostParams::default(), &cm("c1")).await.unwrap();
+
+    // The events were sent to everyone else: a watch opened now, and the configmap watch.
+    let mut fresh = pods
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    assert_eq!(added_name(next_raw(&mut fresh).await), "s1");
+    assert_eq!(added_name(next_raw(&mut fresh).await), "s2");
+    match tokio::time::timeout(Duration::from_secs(5), other.try_next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+    {
+        WatchEvent::Added(c) => assert_eq!(c.name_any(), "c1"),
+        ev => panic!("expected ADDED c1, got {ev:?}"),
+    }
+    // ... but not to the stalled stream, which the server holds back.
+    assert!(stalled.next().now_or_never().is_none());
+
+    emu.stall_watches("pods", false);
+    assert_eq!(added_name(next_raw(&mut stalled).await), "s1");
+    assert_eq!(added_name(next_raw(&mut stalled).await), "s2");
+    pods.create(&PostParams::default(), &pod("s3", json!({})))
+        .await
+        .unwrap();
+    assert_eq!(added_name(next_raw(&mut stalled).await), "s3");
+
+    emu.faults().stall_watches("pods", true);
+    emu.faults().drop_watches();
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(Ok(_)) = stalled.next().await {}
+    })
+    .await;
+    assert!(ended.is_ok(), "drop_watches closes a stalled stream");
+}

@@ -5,11 +5,14 @@
 //!
 //! * [`nodes`]: node pools (create, preempt in GKE's order, restore, NotReady, cordon).
 //!   `pool_spec` (hosts and chips), `node_object` (the Node written), `node_edits` (one
-//!   node), `pool_lifecycle` (whole pools), `preemption`.
+//!   node), `lifecycle` (the Ready condition and the node lifecycle controller's taints,
+//!   lagging it), `pool_lifecycle` (whole pools), `preemption`.
 //! * [`sched`]: pure fit and placement logic of the fake scheduler: `fit`, `resources`
 //!   (`google.com/tpu` accounting), `placement`.
 //! * [`kubelet`]: [`FakeKubelet`], the scheduler + kubelet loop: `plan` (pure decisions),
 //!   `pod_status` (status patches), `execute` (API requests), `run_loop` (watches + loop).
+//!   With [`SchedulerMode::External`] (or `Auto` and a running kube-scheduler) it binds
+//!   nothing and only plays kubelet.
 //! * [`faults`]: crash a container, fail a pod, delete or evict a pod.
 //! * [`scenario`]: the YAML scenario format and [`run_timeline`]: `format`, `duration`,
 //!   `pod_ref`, `train_clusters`, `actions`, `conditions`, `timeline`, `report`.
@@ -18,11 +21,21 @@
 //! Every public item keeps the path of its parent module (e.g. `nodes::build_node`,
 //! `kubelet::running_status_patch`); the submodules above are private.
 //!
+//! Simulated as a real cluster does it (never kinder): graceful pod deletion (a pod marked for
+//! deletion keeps its chips until it is gone; its kubelet stops the containers and confirms
+//! the deletion only while its node is Ready, so on a lost node it stays Terminating until
+//! the node is back or deleted), kubelet admission of `google.com/tpu` (`OutOf<resource>`),
+//! the node lifecycle controller's Ready `Unknown` and `unreachable`/`not-ready` taints
+//! (the `NoExecute` one removed a few seconds after the node is Ready again).
+//!
 //! Not simulated: pod (anti-)affinity and topology spread (a group-key preference stands in),
 //! cpu/memory/pods capacity, images, probes, container processes and logs, init containers'
-//! execution, volumes, networking (pod IPs are fake), graceful termination (pods marked for
-//! deletion are removed at once with grace period 0), PodDisruptionBudgets, the
-//! `google.com/tpu` node taint GKE puts on TPU pools.
+//! execution, volumes, networking (pod IPs are fake), the grace period itself (containers
+//! stop after `KubeletOptions::termination_delay`, whatever the grace period), eviction by
+//! `NoExecute` taints (`tolerationSeconds`), node heartbeats and leases (a fake node never
+//! goes `Unknown` by itself), PodGC's 40 s quarantine (pods of a deleted node are deleted
+//! after `KubeletOptions::orphan_grace`), PodDisruptionBudgets, the `google.com/tpu` node
+//! taint GKE puts on TPU pools.
 
 pub mod faults;
 pub mod kubelet;
@@ -38,10 +51,11 @@ use std::future::Future;
 use kube::Client;
 
 pub use faults::{crash_container, delete_pod, evict_pod, fail_pod};
-pub use kubelet::{FakeKubelet, KubeletEvent, KubeletOptions};
+pub use kubelet::{FakeKubelet, KubeletEvent, KubeletOptions, SchedulerMode};
 pub use nodes::{
-    NodePoolSpec, PreemptionPhase, PreemptionTiming, add_pool, add_pools, cordon_node,
-    delete_sim_nodes, preempt_pool, restore_pool, set_node_ready,
+    NodeLifecycleTiming, NodePoolSpec, NodeReadiness, PreemptionPhase, PreemptionTiming, add_pool,
+    add_pools, cordon_node, delete_sim_nodes, preempt_pool, restore_pool, set_node_readiness,
+    set_node_ready,
 };
 pub use scenario::{
     Scenario, StepReport, StepStatus, TimelineOptions, run_scenario, run_timeline, setup_scenario,
@@ -73,7 +87,8 @@ pub fn now_rfc3339() -> String {
 
 /// `slice-operator fake-kubelet`: creates the pools that are missing, then runs a fake
 /// kubelet limited to the simulator's nodes (label [`nodes::SIM_NODE_LABEL`]) until
-/// `shutdown` resolves.
+/// `shutdown` resolves. `options.scheduler` says who binds pods (the command's default is
+/// [`SchedulerMode::Auto`]: not the fake kubelet when a kube-scheduler runs).
 pub async fn run_fake_kubelet_mode(
     client: Client,
     pools: Vec<NodePoolSpec>,

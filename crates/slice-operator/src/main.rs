@@ -51,6 +51,11 @@ enum Command {
         /// A node pool as NAME=ACCELERATOR:TOPOLOGY, e.g. pool-a=tpu-v6e-slice:2x4. Repeatable.
         #[arg(long = "pool", required = true)]
         pools: Vec<String>,
+        /// Who binds pods to the fake nodes: `own` (this command), `external` (a real
+        /// kube-scheduler; this command only plays the kubelet), or `auto` (external when
+        /// the kube-system/kube-scheduler Lease exists).
+        #[arg(long, default_value = "auto")]
+        scheduler: slice_sim::SchedulerMode,
     },
     /// Print the TrainCluster CustomResourceDefinition as YAML.
     Crd,
@@ -79,10 +84,15 @@ fn main() -> ExitCode {
         } => runtime()
             .and_then(|rt| rt.block_on(sim_commands::simulate(scenario, serve, settle_timeout))),
         #[cfg(feature = "sim")]
-        Command::FakeKubelet { kubeconfig, pools } => runtime().and_then(|rt| {
+        Command::FakeKubelet {
+            kubeconfig,
+            pools,
+            scheduler,
+        } => runtime().and_then(|rt| {
             rt.block_on(sim_commands::fake_kubelet(
                 kubeconfig,
                 pools,
+                scheduler,
                 shutdown_signal(),
             ))
         }),

@@ -39,6 +39,7 @@ pub async fn simulate(
 pub async fn fake_kubelet(
     kubeconfig: Option<PathBuf>,
     pools: Vec<String>,
+    scheduler: slice_sim::SchedulerMode,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     operator::init_tracing(operator::LogFormat::Text);
@@ -57,6 +58,11 @@ pub async fn fake_kubelet(
     let mut config = OperatorConfig::in_process();
     config.kubeconfig = kubeconfig;
     let client = operator::client_for(&config).await?;
-    slice_sim::run_fake_kubelet_mode(client, specs, Default::default(), shutdown).await?;
+    // Never race a real scheduler (`auto`: bind only when no kube-scheduler holds its Lease).
+    let options = slice_sim::KubeletOptions {
+        scheduler,
+        ..Default::default()
+    };
+    slice_sim::run_fake_kubelet_mode(client, specs, options, shutdown).await?;
     Ok(())
 }

@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::meta::{has_finalizers, in_seconds_rfc3339, meta, meta_mut, meta_str, now_rfc3339};
+use super::meta::{
+    format_rfc3339, has_finalizers, in_seconds_rfc3339, meta, meta_mut, meta_str, now_rfc3339,
+};
 use super::{EventType, Obj, ResourceInfo, Store};
 use crate::errors::ApiError;
 
@@ -72,30 +74,24 @@ impl Store {
             self.delete_namespace_contents(name);
         }
         let deleting = meta(&old).get("deletionTimestamp").is_some();
-        let graceful_pod = info.is("", "pods")
-            && self.graceful_pod_deletion
-            && opts.grace != Some(0)
-            && old
-                .pointer("/spec/nodeName")
-                .and_then(Value::as_str)
-                .is_some_and(|n| !n.is_empty());
-        if graceful_pod {
-            if deleting {
-                return Ok(old);
+        if info.is("", "pods") && self.graceful_pod_deletion {
+            match graceful_pod_step(&old, opts.grace) {
+                GracefulStep::Pending => return Ok(old),
+                GracefulStep::Mark { deadline, grace } => {
+                    let mut o = (*old).clone();
+                    let m = meta_mut(&mut o);
+                    m.insert("deletionTimestamp".into(), json!(deadline));
+                    m.insert("deletionGracePeriodSeconds".into(), json!(grace));
+                    if !deleting
+                        && let Some(g) = m.get("generation").and_then(Value::as_i64)
+                        && g > 0
+                    {
+                        m.insert("generation".into(), json!(g + 1));
+                    }
+                    return Ok(self.put(info, o, EventType::Modified, Some(old)));
+                }
+                GracefulStep::Now => {}
             }
-            let grace = opts
-                .grace
-                .or_else(|| {
-                    old.pointer("/spec/terminationGracePeriodSeconds")
-                        .and_then(Value::as_i64)
-                })
-                .unwrap_or(30)
-                .max(1);
-            let mut o = (*old).clone();
-            let m = meta_mut(&mut o);
-            m.insert("deletionTimestamp".into(), json!(in_seconds_rfc3339(grace)));
-            m.insert("deletionGracePeriodSeconds".into(), json!(grace));
-            return Ok(self.put(info, o, EventType::Modified, Some(old)));
         }
         if has_finalizers(&old) {
             let grace_now = meta(&old)
@@ -142,5 +138,81 @@ impl Store {
                 let _ = self.delete(&info, Some(ns), &n, &opts);
             }
         }
+    }
+}
+
+/// What a delete does to a pod under graceful deletion.
+enum GracefulStep {
+    /// Set (or move forward) `deletionTimestamp` and `deletionGracePeriodSeconds`.
+    Mark { deadline: String, grace: i64 },
+    /// A graceful deletion is already pending and the request does not shorten it.
+    Pending,
+    /// No grace period: finalizers permitting, the pod is removed now.
+    Now,
+}
+
+/// The real server's pod strategy (`CheckGracefulDelete`) and `rest.BeforeDelete`: the
+/// grace period is the request's, else `spec.terminationGracePeriodSeconds` (else 0); 0 for
+/// a pod not bound to a node or in a terminal phase; a negative one counts as 1. A pod
+/// already terminating with a grace period only accepts a shorter one, which moves its
+/// deadline forward by the difference; without one (or with a grace period of 0 already)
+/// the request goes on as for any object (finalizers, then removal).
+fn graceful_pod_step(pod: &Value, requested: Option<i64>) -> GracefulStep {
+    let m = meta(pod);
+    if m.get("deletionTimestamp").is_some() {
+        let Some(current) = m
+            .get("deletionGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .filter(|g| *g > 0)
+        else {
+            return GracefulStep::Now;
+        };
+        let Some(period) = requested.map(|g| g.max(0)).filter(|g| *g < current) else {
+            return GracefulStep::Pending;
+        };
+        if period == 0 {
+            return GracefulStep::Now;
+        }
+        let deadline = m
+            .get("deletionTimestamp")
+            .and_then(Value::as_str)
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            .and_then(|t| {
+                t.checked_sub(jiff::SignedDuration::from_secs(current - period))
+                    .ok()
+            })
+            .map(format_rfc3339)
+            .unwrap_or_else(|| in_seconds_rfc3339(period));
+        return GracefulStep::Mark {
+            deadline,
+            grace: period,
+        };
+    }
+    let bound = pod
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty());
+    let terminal = matches!(
+        pod.pointer("/status/phase").and_then(Value::as_str),
+        Some("Succeeded" | "Failed")
+    );
+    let mut period = requested
+        .or_else(|| {
+            pod.pointer("/spec/terminationGracePeriodSeconds")
+                .and_then(Value::as_i64)
+        })
+        .unwrap_or(0);
+    if !bound || terminal {
+        period = 0;
+    }
+    if period < 0 {
+        period = 1;
+    }
+    if period == 0 {
+        return GracefulStep::Now;
+    }
+    GracefulStep::Mark {
+        deadline: in_seconds_rfc3339(period),
+        grace: period,
     }
 }

@@ -49,6 +49,8 @@ pub struct EventRecord {
     pub object: Obj,
     /// Object before the change (MODIFIED only), for selector transitions.
     pub old: Option<Obj>,
+    /// When the change was made (for `watch_latency`, which delays delivery from here).
+    pub emitted: tokio::time::Instant,
     json: OnceLock<Bytes>,
 }
 
@@ -68,6 +70,7 @@ impl EventRecord {
             etype,
             object,
             old,
+            emitted: tokio::time::Instant::now(),
             json: OnceLock::new(),
         }
     }

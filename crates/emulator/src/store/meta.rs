@@ -12,6 +12,11 @@ pub(super) fn in_seconds_rfc3339(secs: i64) -> String {
     let ts = jiff::Timestamp::now()
         .checked_add(jiff::SignedDuration::from_secs(secs))
         .unwrap_or_else(|_| jiff::Timestamp::now());
+    format_rfc3339(ts)
+}
+
+/// A timestamp in the API's format (RFC 3339, whole seconds, UTC).
+pub(super) fn format_rfc3339(ts: jiff::Timestamp) -> String {
     ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 

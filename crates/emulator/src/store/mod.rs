@@ -38,7 +38,7 @@ use super::errors::ApiError;
 use meta::{meta_mut, meta_str, owner_uids};
 
 pub use delete::DeleteOpts;
-pub use history::{EventRecord, EventType};
+pub use history::{EventRecord, EventType, WatchStart};
 pub use resources::ResourceInfo;
 pub use write::WriteMode;
 

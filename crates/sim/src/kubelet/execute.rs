@@ -1,5 +1,6 @@
 //! Carrying out a [`KubeletAction`] against the API server, with the requests a scheduler
-//! and a kubelet make: a Binding, a status merge patch, a grace-period-0 delete.
+//! and a kubelet make: a Binding, a status merge patch, a grace-period-0 delete with a uid
+//! precondition.
 
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -78,6 +79,19 @@ async fn patch_pod_status(
     Ok(())
 }
 
+/// Like [`patch_pod_status`], a pod already gone being fine.
+async fn patch_status_unless_gone(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    patch: &serde_json::Value,
+) -> Result<(), kube::Error> {
+    match patch_pod_status(client, namespace, name, patch).await {
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        other => other,
+    }
+}
+
 /// Executes one action; the event says what was done.
 pub(super) async fn execute(
     client: &Client,
@@ -121,11 +135,28 @@ pub(super) async fn execute(
             name,
             uid,
             reason,
+            stop,
         } => {
+            if let Some(patch) = stop {
+                patch_status_unless_gone(client, namespace, name, patch).await?;
+            }
             force_delete_pod(client, namespace, name, uid).await?;
             Ok(KubeletEvent::Deleted {
                 pod,
                 reason: *reason,
+            })
+        }
+        KubeletAction::Reject {
+            namespace,
+            name,
+            reason,
+            patch,
+            ..
+        } => {
+            patch_pod_status(client, namespace, name, patch).await?;
+            Ok(KubeletEvent::Rejected {
+                pod,
+                reason: reason.clone(),
             })
         }
     }

@@ -1,7 +1,11 @@
 //! The fake scheduler + kubelet: binds pending pods to fitting nodes through the `binding`
-//! subresource, then reports them Running/Ready through the status subresource, deletes pods
-//! marked for deletion with grace period 0 and pods whose node is gone (PodGC), and flips pods'
-//! Ready condition with their node's.
+//! subresource (unless a real scheduler does that: [`SchedulerMode`]), admits the pods bound to
+//! its nodes as a kubelet does (a pod that does not fit the node's `google.com/tpu` next to the
+//! pods already admitted is failed with reason [`OUT_OF_TPU_REASON`]), reports them
+//! Running/Ready through the status subresource, finishes graceful deletions (stops the
+//! containers, then confirms with a grace-period-0 delete with a uid precondition) on Ready
+//! nodes only, deletes pods whose node is gone (PodGC), and flips pods' Ready condition with
+//! their node's.
 //!
 //! The loop keeps two reflectors (pods, nodes) and, on every change and every `resync` tick,
 //! runs one pass of [`KubeletCore::plan`] (pure) and executes the resulting actions.
@@ -22,8 +26,51 @@ use tokio::sync::mpsc;
 
 pub use execute::{bind_pod, binding_for, force_delete_pod};
 pub use plan::{DeleteReason, KubeletAction, KubeletCore};
-pub use pod_status::{pod_ip, ready_status_patch, running_status_patch};
-pub use run_loop::FakeKubelet;
+pub use pod_status::{
+    OUT_OF_TPU_REASON, pod_ip, ready_status_patch, rejected_status_patch, running_status_patch,
+    stopped_status_patch,
+};
+pub use run_loop::{FakeKubelet, resolve_scheduler_mode};
+
+/// Who binds pending pods to the simulator's nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SchedulerMode {
+    /// The fake kubelet schedules: it binds pending pods itself (no other scheduler runs).
+    #[default]
+    Own,
+    /// A real scheduler binds pods: the fake kubelet never binds, it only plays kubelet for
+    /// the pods bound to its nodes.
+    External,
+    /// `External` when a Lease `kube-scheduler` exists in `kube-system` (a kube-scheduler
+    /// with leader election runs), else `Own`; decided once, when the kubelet starts.
+    Auto,
+}
+
+impl std::fmt::Display for SchedulerMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SchedulerMode::Own => "own",
+            SchedulerMode::External => "external",
+            SchedulerMode::Auto => "auto",
+        })
+    }
+}
+
+impl std::str::FromStr for SchedulerMode {
+    type Err = String;
+
+    /// `own`, `external` or `auto` (any case).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "own" => Ok(SchedulerMode::Own),
+            "external" => Ok(SchedulerMode::External),
+            "auto" => Ok(SchedulerMode::Auto),
+            _ => Err(format!(
+                "unknown scheduler mode {s:?}: expected own, external or auto"
+            )),
+        }
+    }
+}
 
 /// Options of the fake kubelet.
 #[derive(Debug, Clone)]
@@ -37,8 +84,13 @@ pub struct KubeletOptions {
     pub node_selector: Option<String>,
     /// Only pods with this `spec.schedulerName` are bound (any when `None`).
     pub scheduler_name: Option<String>,
+    /// Who binds pending pods (default [`SchedulerMode::Own`]).
+    pub scheduler: SchedulerMode,
     /// Delay from binding to Running.
     pub start_delay: Duration,
+    /// Time the containers take to stop once a pod on a Ready node is marked for deletion,
+    /// before the kubelet confirms the deletion.
+    pub termination_delay: Duration,
     /// How long a bound pod's node must be missing before the pod is deleted.
     pub orphan_grace: Duration,
     /// Re-issue an action whose effect is not yet visible after this long.
@@ -56,7 +108,9 @@ impl Default for KubeletOptions {
             pod_selector: None,
             node_selector: None,
             scheduler_name: None,
+            scheduler: SchedulerMode::Own,
             start_delay: Duration::ZERO,
+            termination_delay: Duration::from_millis(100),
             orphan_grace: Duration::from_millis(500),
             retry_after: Duration::from_secs(2),
             resync: Duration::from_millis(500),
@@ -68,9 +122,28 @@ impl Default for KubeletOptions {
 /// What the kubelet did (or failed to do).
 #[derive(Debug, Clone, PartialEq)]
 pub enum KubeletEvent {
-    Bound { pod: String, node: String },
-    Started { pod: String },
-    ReadyChanged { pod: String, ready: bool },
-    Deleted { pod: String, reason: DeleteReason },
-    Failed { pod: String, error: String },
+    Bound {
+        pod: String,
+        node: String,
+    },
+    Started {
+        pod: String,
+    },
+    ReadyChanged {
+        pod: String,
+        ready: bool,
+    },
+    Deleted {
+        pod: String,
+        reason: DeleteReason,
+    },
+    /// Not admitted: failed with this reason (e.g. [`OUT_OF_TPU_REASON`]).
+    Rejected {
+        pod: String,
+        reason: String,
+    },
+    Failed {
+        pod: String,
+        error: String,
+    },
 }

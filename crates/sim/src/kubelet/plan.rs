@@ -2,21 +2,28 @@
 //! and nodes into [`KubeletAction`]s and remembers what is in flight so a pass does not
 //! re-issue an action whose effect the watches have not shown yet.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use tokio::time::Instant;
 
-use super::KubeletOptions;
-use super::pod_status::{pod_phase, pod_ready, ready_status_patch, running_status_patch};
-use crate::sched::{self, node_is_ready, pod_is_terminal, pod_node};
+use super::pod_status::{
+    OUT_OF_TPU_REASON, pod_phase, pod_ready, ready_status_patch, rejected_status_patch,
+    running_status_patch, stopped_status_patch,
+};
+use super::{KubeletOptions, SchedulerMode};
+use crate::sched::{
+    self, node_is_ready, node_tpu_allocatable, pod_is_terminal, pod_node, pod_tpu_request,
+};
+use slice_core::constants::TPU_RESOURCE;
 
 /// Why the kubelet deletes a pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeleteReason {
-    /// The pod has a deletionTimestamp: finish the deletion (grace period 0).
+    /// The pod has a deletionTimestamp and its node is Ready: its kubelet stopped the
+    /// containers and confirms the deletion (grace period 0, uid precondition).
     Terminating,
     /// The pod's node no longer exists (PodGC).
     NodeGone,
@@ -46,11 +53,22 @@ pub enum KubeletAction {
         ready: bool,
         patch: serde_json::Value,
     },
+    /// Delete with grace period 0 and a uid precondition, after writing `stop` (the status
+    /// of the stopped containers), if any.
     Delete {
         namespace: String,
         name: String,
         uid: String,
         reason: DeleteReason,
+        stop: Option<serde_json::Value>,
+    },
+    /// Kubelet admission failed: status patch to `Failed` with `reason`.
+    Reject {
+        namespace: String,
+        name: String,
+        uid: String,
+        reason: String,
+        patch: serde_json::Value,
     },
 }
 
@@ -63,6 +81,7 @@ impl KubeletAction {
                 (uid.clone(), if *ready { "ready" } else { "unready" })
             }
             KubeletAction::Delete { uid, .. } => (uid.clone(), "delete"),
+            KubeletAction::Reject { uid, .. } => (uid.clone(), "reject"),
         }
     }
 
@@ -79,17 +98,32 @@ impl KubeletAction {
         }
         | KubeletAction::Delete {
             namespace, name, ..
+        }
+        | KubeletAction::Reject {
+            namespace, name, ..
         }) = self;
         format!("{namespace}/{name}")
     }
 
-    fn delete(pod: &Pod, reason: DeleteReason) -> Self {
+    fn delete(pod: &Pod, reason: DeleteReason, stop: Option<serde_json::Value>) -> Self {
         let (namespace, name, uid) = meta_of(pod);
         KubeletAction::Delete {
             namespace,
             name,
             uid,
             reason,
+            stop,
+        }
+    }
+
+    fn set_ready(pod: &Pod, ready: bool) -> Self {
+        let (namespace, name, uid) = meta_of(pod);
+        KubeletAction::SetReady {
+            namespace,
+            name,
+            uid,
+            ready,
+            patch: ready_status_patch(pod, ready),
         }
     }
 }
@@ -98,14 +132,23 @@ impl KubeletAction {
 #[derive(Debug)]
 pub struct KubeletCore {
     pub start_delay: Duration,
+    pub termination_delay: Duration,
     pub orphan_grace: Duration,
     pub retry_after: Duration,
     pub scheduler_name: Option<String>,
+    /// When false (a real scheduler binds: [`SchedulerMode::External`]), pending pods are
+    /// never bound.
+    pub binds: bool,
     /// When false, only nodes seen in the node store are managed (pods bound elsewhere are
     /// left alone).
     pub manage_all_nodes: bool,
     /// Pod uid -> first pass that saw it bound to a Ready node (start delay runs from here).
     bound_seen: HashMap<String, Instant>,
+    /// Pod uid -> first pass that saw it marked for deletion on a Ready node (the
+    /// termination delay runs from here).
+    terminating_seen: HashMap<String, Instant>,
+    /// Pods admitted (kubelet admission passed), not yet seen Running.
+    admitted: HashSet<String>,
     /// (pod uid, action kind) -> when issued.
     inflight: HashMap<(String, &'static str), Instant>,
     /// Pod uid -> (node, when): bindings issued but not yet visible, counted as bound.
@@ -131,11 +174,15 @@ impl KubeletCore {
     pub fn new(options: &KubeletOptions) -> Self {
         KubeletCore {
             start_delay: options.start_delay,
+            termination_delay: options.termination_delay,
             orphan_grace: options.orphan_grace,
             retry_after: options.retry_after,
             scheduler_name: options.scheduler_name.clone(),
+            binds: options.scheduler != SchedulerMode::External,
             manage_all_nodes: options.node_selector.is_none(),
             bound_seen: HashMap::new(),
+            terminating_seen: HashMap::new(),
+            admitted: HashSet::new(),
             inflight: HashMap::new(),
             assumed: HashMap::new(),
             known_nodes: HashSet::new(),
@@ -180,6 +227,7 @@ impl KubeletCore {
             .filter_map(|n| n.metadata.name.as_deref().map(|name| (name, n.as_ref())))
             .collect();
         self.observe(&pods, &node_map, now);
+        let rejected = self.admit(&pods, &node_map);
 
         let mut actions = Vec::new();
         let mut pending: Vec<&Pod> = Vec::new();
@@ -192,19 +240,21 @@ impl KubeletCore {
                     self.assumed.remove(uid);
                     bound.push((*pod).clone());
                     let node = node_map.get(node_name).copied();
-                    actions.extend(self.plan_bound(pod, node_name, node, now));
+                    actions.extend(self.plan_bound(pod, node_name, node, now, &rejected));
                 }
-                None if is_terminating(pod) => {
-                    actions.push(KubeletAction::delete(pod, DeleteReason::Terminating))
-                }
-                None if pod_is_terminal(pod) || !self.schedulable(pod) => {}
+                // Pods marked for deletion are not scheduled; nothing confirms the deletion
+                // of an unbound one (the API server removes it at once, finalizers
+                // permitting).
+                None if is_terminating(pod) || pod_is_terminal(pod) || !self.schedulable(pod) => {}
                 None => match self.assumed.get(uid) {
                     Some((node, _)) => bound.push(assumed_bound(pod, node)),
                     None => pending.push(pod),
                 },
             }
         }
-        actions.extend(plan_binds(&pending, &node_map, &bound));
+        if self.binds {
+            actions.extend(plan_binds(&pending, &node_map, &bound));
+        }
         actions.retain(|a| self.wants(a, now));
         actions
     }
@@ -225,8 +275,58 @@ impl KubeletCore {
             live.contains(uid.as_str()) && now.duration_since(*t) < retry * 4
         });
         self.bound_seen.retain(|uid, _| live.contains(uid.as_str()));
+        self.terminating_seen
+            .retain(|uid, _| live.contains(uid.as_str()));
+        self.admitted.retain(|uid| live.contains(uid.as_str()));
         self.assumed
             .retain(|uid, (_, t)| live.contains(uid.as_str()) && now.duration_since(*t) < retry);
+    }
+
+    /// Kubelet admission on each Ready node in the node store: pods already admitted,
+    /// Running or terminating keep their `google.com/tpu` chips; the others are admitted in
+    /// creation order while they fit next to them (a real kubelet admits new pods in
+    /// creation order against the active pods). Returns the uids of the pods that do not fit.
+    fn admit(&mut self, pods: &[&Pod], node_map: &HashMap<&str, &Node>) -> HashSet<String> {
+        let mut by_node: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
+        for pod in pods.iter().filter(|p| !pod_is_terminal(p)) {
+            if let Some(node) = pod_node(pod) {
+                by_node.entry(node).or_default().push(pod);
+            }
+        }
+        let mut rejected = HashSet::new();
+        for (node_name, on_node) in by_node {
+            let Some(node) = node_map.get(node_name).filter(|n| node_is_ready(n)) else {
+                continue;
+            };
+            let (mut used, mut candidates) = (0u64, Vec::new());
+            for pod in on_node {
+                let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+                if self.admitted.contains(uid) || pod_phase(pod) == "Running" || is_terminating(pod)
+                {
+                    used += pod_tpu_request(pod);
+                } else {
+                    candidates.push(pod);
+                }
+            }
+            candidates.sort_by_key(|p| {
+                (
+                    p.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                    p.metadata.name.clone(),
+                )
+            });
+            let allocatable = node_tpu_allocatable(node);
+            for pod in candidates {
+                let uid = pod.metadata.uid.clone().unwrap_or_default();
+                let requested = pod_tpu_request(pod);
+                if used + requested <= allocatable {
+                    used += requested;
+                    self.admitted.insert(uid);
+                } else {
+                    rejected.insert(uid);
+                }
+            }
+        }
+        rejected
     }
 
     /// A pod bound to `node_name` (`node`: that node, if it exists).
@@ -236,33 +336,53 @@ impl KubeletCore {
         node_name: &str,
         node: Option<&Node>,
         now: Instant,
+        rejected: &HashSet<String>,
     ) -> Option<KubeletAction> {
         let known = self.known_nodes.contains(node_name) || self.manage_all_nodes;
         if node.is_none() && !known {
             return None; // bound to a node some other kubelet owns
         }
-        if is_terminating(pod) {
-            return Some(KubeletAction::delete(pod, DeleteReason::Terminating));
-        }
         let Some(node) = node else {
             return self.plan_orphan(pod, node_name, now);
         };
+        let node_ready = node_is_ready(node);
+        if is_terminating(pod) {
+            return self.plan_termination(pod, node_ready, now);
+        }
         if pod_is_terminal(pod) {
             return None;
         }
-        let node_ready = node_is_ready(node);
         if pod_phase(pod) != "Running" {
+            if let Some(uid) = pod.metadata.uid.as_ref()
+                && rejected.contains(uid)
+            {
+                return Some(reject(pod, node));
+            }
             return self.plan_start(pod, node, node_ready, now);
         }
-        (pod_ready(pod) != node_ready).then(|| {
-            let (namespace, name, uid) = meta_of(pod);
-            KubeletAction::SetReady {
-                namespace,
-                name,
-                uid,
-                ready: node_ready,
-                patch: ready_status_patch(pod, node_ready),
-            }
+        (pod_ready(pod) != node_ready).then(|| KubeletAction::set_ready(pod, node_ready))
+    }
+
+    /// A pod marked for deletion, on a node that exists. On a Ready node its kubelet stops
+    /// the containers and confirms the deletion, `termination_delay` after it first saw it.
+    /// On a node that is not Ready nobody can (the kubelet is down; the node lifecycle
+    /// controller only marks the pod not ready): the pod stays Terminating until the node
+    /// is Ready again or gone (then PodGC deletes it).
+    fn plan_termination(
+        &mut self,
+        pod: &Pod,
+        node_ready: bool,
+        now: Instant,
+    ) -> Option<KubeletAction> {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if !node_ready {
+            self.terminating_seen.remove(&uid);
+            return pod_ready(pod).then(|| KubeletAction::set_ready(pod, false));
+        }
+        let seen = *self.terminating_seen.entry(uid).or_insert(now);
+        (now.duration_since(seen) >= self.termination_delay).then(|| {
+            let stop = (!pod_is_terminal(pod)).then(|| stopped_status_patch(pod));
+            KubeletAction::delete(pod, DeleteReason::Terminating, stop)
         })
     }
 
@@ -273,7 +393,7 @@ impl KubeletCore {
             .entry(node_name.to_string())
             .or_insert(now);
         (now.duration_since(since) >= self.orphan_grace)
-            .then(|| KubeletAction::delete(pod, DeleteReason::NodeGone))
+            .then(|| KubeletAction::delete(pod, DeleteReason::NodeGone, None))
     }
 
     /// A bound pod not yet Running starts `start_delay` after it was first seen on a Ready
@@ -320,6 +440,23 @@ impl KubeletCore {
     }
 }
 
+/// The kubelet's rejection of a pod that does not fit `node` (reason `OutOf<resource>`).
+fn reject(pod: &Pod, node: &Node) -> KubeletAction {
+    let (namespace, name, uid) = meta_of(pod);
+    let message = format!(
+        "Node didn't have enough resource: {TPU_RESOURCE}, requested: {}, capacity: {}",
+        pod_tpu_request(pod),
+        node_tpu_allocatable(node)
+    );
+    KubeletAction::Reject {
+        namespace,
+        name,
+        uid,
+        reason: OUT_OF_TPU_REASON.to_string(),
+        patch: rejected_status_patch(OUT_OF_TPU_REASON, &message),
+    }
+}
+
 /// Bindings of the pending pods, placed by [`sched::schedule`] on the nodes by name.
 fn plan_binds(
     pending: &[&Pod],
@@ -357,6 +494,7 @@ mod tests {
     use super::*;
     use crate::nodes::{NodePoolSpec, build_node};
     use crate::test_support::{bound, pool_nodes, running, set_not_ready, tpu_pod};
+    use k8s_openapi::api::core::v1::Node;
 
     /// The four nodes of `pool-0`, as the node store hands them out.
     fn nodes() -> Vec<Arc<Node>> {
@@ -457,5 +595,177 @@ mod tests {
         });
         let elsewhere = Arc::new(bound(tpu_pod("e", 0), "kind-control-plane"));
         assert!(k.plan(&[elsewhere], &nodes(), Instant::now()).is_empty());
+    }
+
+    fn terminating(mut p: Pod) -> Pod {
+        p.metadata.deletion_timestamp =
+            serde_json::from_value(serde_json::json!("2026-01-01T00:00:00Z")).ok();
+        p
+    }
+
+    fn with_node(nodes: &[Arc<Node>], i: usize, f: impl FnOnce(&mut Node)) -> Vec<Arc<Node>> {
+        let mut nodes = nodes.to_vec();
+        let mut n = (*nodes[i]).clone();
+        f(&mut n);
+        nodes[i] = Arc::new(n);
+        nodes
+    }
+
+    /// A pod marked for deletion on a Ready node: its kubelet stops the containers and
+    /// confirms (phase Failed, then a grace-0 delete), `termination_delay` after it saw it.
+    /// On a NotReady node nobody confirms (the pod is only marked not ready) until the node
+    /// is Ready again.
+    #[test]
+    fn deletion_is_confirmed_only_on_a_ready_node() {
+        let mut k = KubeletCore::new(&KubeletOptions {
+            termination_delay: Duration::from_millis(300),
+            ..Default::default()
+        });
+        let ready_nodes = nodes();
+        let down = with_node(&ready_nodes, 0, set_not_ready);
+        let pod = Arc::new(terminating(running(bound(tpu_pod("t", 4), "pool-0-0"))));
+        let t0 = Instant::now();
+        let mut on_down = Vec::new();
+        for s in 0..5 {
+            on_down.extend(k.plan(
+                std::slice::from_ref(&pod),
+                &down,
+                t0 + Duration::from_secs(s),
+            ));
+        }
+        assert!(
+            !on_down.is_empty()
+                && on_down
+                    .iter()
+                    .all(|a| matches!(a, KubeletAction::SetReady { ready: false, .. })),
+            "only marked not ready while the node is down: {on_down:?}"
+        );
+        let t1 = t0 + Duration::from_secs(10);
+        assert!(
+            k.plan(std::slice::from_ref(&pod), &ready_nodes, t1)
+                .is_empty()
+        );
+        let acts = k.plan(
+            std::slice::from_ref(&pod),
+            &ready_nodes,
+            t1 + Duration::from_millis(300),
+        );
+        match &acts[..] {
+            [
+                KubeletAction::Delete {
+                    name,
+                    uid,
+                    reason: DeleteReason::Terminating,
+                    stop: Some(stop),
+                    ..
+                },
+            ] => {
+                assert_eq!((name.as_str(), uid.as_str()), ("t", "uid-t"));
+                assert_eq!(stop["status"]["phase"], "Failed");
+                let c = &stop["status"]["containerStatuses"][0];
+                assert_eq!(c["state"]["terminated"]["exitCode"], 143);
+                assert_eq!(c["ready"], false);
+            }
+            other => panic!("expected a confirmed deletion, got {other:?}"),
+        }
+    }
+
+    /// Nothing confirms the deletion of an unbound pod (the API server removes it at once,
+    /// unless finalizers hold it), and it is not scheduled either.
+    #[test]
+    fn unbound_terminating_pod_is_left_alone() {
+        let mut k = core(Duration::ZERO);
+        let pod = Arc::new(terminating(tpu_pod("u", 4)));
+        let t0 = Instant::now();
+        assert!(k.plan(std::slice::from_ref(&pod), &nodes(), t0).is_empty());
+        assert!(
+            k.plan(&[pod], &nodes(), t0 + Duration::from_secs(5))
+                .is_empty()
+        );
+    }
+
+    /// A terminating pod whose node is gone is PodGC's, after `orphan_grace`.
+    #[test]
+    fn terminating_pod_on_a_gone_node_is_collected() {
+        let mut k = core(Duration::ZERO);
+        let t0 = Instant::now();
+        let pod = Arc::new(terminating(running(bound(tpu_pod("g", 4), "pool-0-3"))));
+        k.plan(std::slice::from_ref(&pod), &nodes(), t0);
+        let three = &nodes()[..3];
+        assert!(k.plan(std::slice::from_ref(&pod), three, t0).is_empty());
+        let acts = k.plan(&[pod], three, t0 + k.orphan_grace);
+        assert!(matches!(
+            &acts[..],
+            [KubeletAction::Delete {
+                reason: DeleteReason::NodeGone,
+                stop: None,
+                ..
+            }]
+        ));
+    }
+
+    /// With a real scheduler (`External`) pending pods are never bound, and the kubelet
+    /// still starts the pods bound to its nodes.
+    #[test]
+    fn external_scheduler_mode_never_binds() {
+        let mut k = KubeletCore::new(&KubeletOptions {
+            scheduler: SchedulerMode::External,
+            ..Default::default()
+        });
+        let t0 = Instant::now();
+        let pending = Arc::new(tpu_pod("p", 4));
+        let bound_by_other = Arc::new(bound(tpu_pod("b", 4), "pool-0-2"));
+        let acts = k.plan(&[pending, bound_by_other], &nodes(), t0);
+        assert!(
+            matches!(&acts[..], [KubeletAction::Start { name, .. }] if name == "b"),
+            "{acts:?}"
+        );
+    }
+
+    /// Kubelet admission: pods bound beyond the node's chips (by another scheduler) are
+    /// failed with `OutOf<resource>`, in creation order: the older pod runs.
+    #[test]
+    fn admission_rejects_pods_beyond_the_chips() {
+        let mut k = KubeletCore::new(&KubeletOptions {
+            scheduler: SchedulerMode::External,
+            ..Default::default()
+        });
+        let created = |p: &mut Pod, at: &str| {
+            p.metadata.creation_timestamp = serde_json::from_value(serde_json::json!(at)).ok();
+        };
+        let mut older = bound(tpu_pod("z-older", 4), "pool-0-0");
+        created(&mut older, "2026-01-01T00:00:00Z");
+        let mut newer = bound(tpu_pod("a-newer", 4), "pool-0-0");
+        created(&mut newer, "2026-01-01T00:00:01Z");
+        let pods = [Arc::new(newer), Arc::new(older)];
+        let t0 = Instant::now();
+        let acts = k.plan(&pods, &nodes(), t0);
+        assert_eq!(acts.len(), 2, "{acts:?}");
+        assert!(
+            acts.iter()
+                .any(|a| matches!(a, KubeletAction::Start { name, .. } if name == "z-older"))
+        );
+        let rejected = acts.iter().find_map(|a| match a {
+            KubeletAction::Reject {
+                name,
+                reason,
+                patch,
+                ..
+            } => Some((name.clone(), reason.clone(), patch.clone())),
+            _ => None,
+        });
+        let (name, reason, patch) = rejected.expect("one pod rejected");
+        assert_eq!(
+            (name.as_str(), reason.as_str()),
+            ("a-newer", OUT_OF_TPU_REASON)
+        );
+        assert_eq!(reason, "OutOfgoogle.com/tpu");
+        assert_eq!(patch["status"]["phase"], "Failed");
+        assert_eq!(patch["status"]["reason"], OUT_OF_TPU_REASON);
+        // The admitted pod keeps its chips until it has started: still one rejection only.
+        for a in &acts {
+            k.issued(a, t0);
+        }
+        assert!(k.plan(&pods, &nodes(), t0).is_empty());
     }
 }

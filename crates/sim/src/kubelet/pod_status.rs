@@ -130,3 +130,66 @@ pub fn ready_status_patch(pod: &Pod, ready: bool) -> serde_json::Value {
         .collect();
     json!({"status": {"conditions": conditions, "containerStatuses": containers}})
 }
+
+/// Reason of a pod the kubelet did not admit because its node has too few free
+/// `google.com/tpu` chips: the kubelet's `OutOf<resource name>`.
+pub const OUT_OF_TPU_REASON: &str = "OutOfgoogle.com/tpu";
+
+/// Status patch of a pod whose containers the kubelet stopped because the pod is being
+/// deleted: as kubelets since 1.27 report it before confirming the deletion, phase `Failed`
+/// (the containers were killed: exit code 143, SIGTERM), every container terminated and not
+/// ready, Ready/ContainersReady False.
+pub fn stopped_status_patch(pod: &Pod) -> serde_json::Value {
+    let now = now_rfc3339();
+    let status = pod.status.clone().unwrap_or_default();
+    let mut conditions: Vec<serde_json::Value> = status
+        .conditions
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| c.type_ != "Ready" && c.type_ != "ContainersReady")
+        .filter_map(|c| serde_json::to_value(c).ok())
+        .collect();
+    for t in ["Ready", "ContainersReady"] {
+        conditions.push(
+            json!({"type": t, "status": "False", "reason": "PodCompleted", "lastTransitionTime": now}),
+        );
+    }
+    let containers: Vec<serde_json::Value> = status
+        .container_statuses
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| {
+            let started = c
+                .state
+                .as_ref()
+                .and_then(|s| s.running.as_ref())
+                .and_then(|r| r.started_at.clone());
+            let mut v = serde_json::to_value(&c).unwrap_or_default();
+            v["ready"] = json!(false);
+            v["started"] = json!(false);
+            v["state"] = json!({"terminated": {
+                "exitCode": 143,
+                "reason": "Error",
+                "startedAt": started,
+                "finishedAt": now,
+                "containerID": c.container_id,
+            }});
+            v
+        })
+        .collect();
+    json!({"status": {
+        "phase": "Failed",
+        "conditions": conditions,
+        "containerStatuses": containers,
+    }})
+}
+
+/// Status patch of a pod the kubelet did not admit: phase `Failed` with the admission
+/// failure's reason and message, as a kubelet's `rejectPod` writes it.
+pub fn rejected_status_patch(reason: &str, message: &str) -> serde_json::Value {
+    json!({"status": {
+        "phase": "Failed",
+        "reason": reason,
+        "message": format!("Pod was rejected: {message}"),
+    }})
+}

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
 use kube::api::Api;
@@ -15,7 +16,30 @@ use tokio::time::Instant;
 
 use super::execute::execute;
 use super::plan::KubeletCore;
-use super::{KubeletEvent, KubeletOptions};
+use super::{KubeletEvent, KubeletOptions, SchedulerMode};
+
+/// Namespace and name of the Lease a kube-scheduler with leader election holds.
+const SCHEDULER_LEASE: (&str, &str) = ("kube-system", "kube-scheduler");
+
+/// Who binds pods: `Own` and `External` as given; `Auto` is `External` when the Lease
+/// `kube-system/kube-scheduler` exists (a real scheduler runs), `Own` when it does not, and
+/// `External` when that cannot be told (e.g. no permission to read Leases): never race a
+/// scheduler that may be there.
+pub async fn resolve_scheduler_mode(client: &Client, mode: SchedulerMode) -> SchedulerMode {
+    if mode != SchedulerMode::Auto {
+        return mode;
+    }
+    let (namespace, name) = SCHEDULER_LEASE;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    match leases.get_opt(name).await {
+        Ok(Some(_)) => SchedulerMode::External,
+        Ok(None) => SchedulerMode::Own,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot tell whether a kube-scheduler runs; not binding pods");
+            SchedulerMode::External
+        }
+    }
+}
 
 /// A running fake kubelet; stop it with [`FakeKubelet::stop`] (dropping it stops it too).
 pub struct FakeKubelet {
@@ -140,8 +164,16 @@ async fn run_loop(client: Client, options: KubeletOptions, mut stop: watch::Rece
         _ = stop.wait_for(|s| *s) => true,
     };
     let mut core = KubeletCore::new(&options);
+    let stopped = stopped
+        || tokio::select! {
+            mode = resolve_scheduler_mode(&client, options.scheduler) => {
+                core.binds = mode == SchedulerMode::Own;
+                false
+            }
+            _ = stop.wait_for(|s| *s) => true,
+        };
     if !stopped {
-        tracing::info!("fake kubelet running");
+        tracing::info!(binds = core.binds, "fake kubelet running");
         loop {
             run_pass(&client, &options, &mut core, &watches).await;
             tokio::select! {

@@ -4,15 +4,22 @@
 //! * `pool_spec`: [`NodePoolSpec`] and GKE's topology → hosts × chips arithmetic.
 //! * `node_object`: the Node objects written (labels, status, addresses, taints).
 //! * `node_edits`: changes to one node: taints, Ready, cordon, deletion.
+//! * `lifecycle`: the Ready condition and the taints the node lifecycle controller keeps in
+//!   step with it ([`set_node_readiness`]).
 //! * `pool_lifecycle`: creating, restoring and deleting whole pools.
 //! * `preemption`: GKE's preemption sequence ([`preempt_pool`]).
 
+mod lifecycle;
 mod node_edits;
 mod node_object;
 mod pool_lifecycle;
 mod pool_spec;
 mod preemption;
 
+pub use lifecycle::{
+    NodeLifecycleTiming, NodeReadiness, follow_readiness, lifecycle_taint_key, node_readiness,
+    readiness_condition, reconcile_lifecycle_taints, set_node_readiness,
+};
 pub use node_edits::{add_taint, cordon_node, delete_node, set_node_ready, set_taints};
 pub use node_object::{build_node, node_ip, node_labels, node_status, taint};
 pub use pool_lifecycle::{add_pool, add_pools, delete_sim_nodes, pool_node_names, restore_pool};

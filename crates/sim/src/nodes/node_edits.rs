@@ -6,27 +6,90 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
-use super::node_object::{ready_condition, taint};
+use super::lifecycle::{NodeLifecycleTiming, NodeReadiness, set_node_readiness};
+use super::node_object::taint;
 use crate::SimError;
-use slice_core::constants::TAINT_NOT_READY;
 
-/// Reads a node, edits its taints with `f`, writes them back (merge patch of `spec.taints`).
+/// Attempts of a read-modify-write of a node before a conflict is returned.
+const EDIT_ATTEMPTS: usize = 5;
+
+/// Read-modify-write of a node with optimistic concurrency: `patch` gets the node read and
+/// returns a merge patch (or `None`: nothing to change), sent with the node's
+/// resourceVersion (`status`: to the status subresource); a conflict reads again. A node
+/// that does not exist is `SimError::NotFound`.
+async fn edit_node(
+    client: &Client,
+    node: &str,
+    status: bool,
+    mut patch: impl FnMut(&Node) -> Option<serde_json::Value>,
+) -> Result<(), SimError> {
+    let api: Api<Node> = Api::all(client.clone());
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let Some(n) = api.get_opt(node).await? else {
+            return Err(SimError::NotFound(format!("node {node}")));
+        };
+        let Some(mut p) = patch(&n) else {
+            return Ok(());
+        };
+        if let Some(rv) = &n.metadata.resource_version {
+            p["metadata"]["resourceVersion"] = json!(rv);
+        }
+        let pp = PatchParams::default();
+        let res = if status {
+            api.patch_status(node, &pp, &Patch::Merge(&p)).await
+        } else {
+            api.patch(node, &pp, &Patch::Merge(&p)).await
+        };
+        match res {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 && attempt < EDIT_ATTEMPTS => continue,
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                return Err(SimError::NotFound(format!("node {node}")));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// [`edit_node`] on the status subresource, always writing `patch`'s result.
+pub(super) async fn edit_node_status(
+    client: &Client,
+    node: &str,
+    mut patch: impl FnMut(&Node) -> serde_json::Value,
+) -> Result<(), SimError> {
+    edit_node(client, node, true, |n| Some(patch(n))).await
+}
+
+/// Edits a node's taints with `f` (given the node read), written back (merge patch of
+/// `spec.taints`) with optimistic concurrency when they changed.
+pub(super) async fn edit_taints(
+    client: &Client,
+    node: &str,
+    mut f: impl FnMut(&Node, &mut Vec<Taint>),
+) -> Result<(), SimError> {
+    edit_node(client, node, false, |n| {
+        let before = n
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
+        let mut taints = before.clone();
+        f(n, &mut taints);
+        (taints != before).then(|| json!({"spec": {"taints": taints}}))
+    })
+    .await
+}
+
+/// Reads a node, edits its taints with `f`, writes them back (merge patch of `spec.taints`,
+/// with the node's resourceVersion; `f` runs again on a conflict).
 pub async fn set_taints(
     client: &Client,
     node: &str,
-    f: impl FnOnce(&mut Vec<Taint>),
+    mut f: impl FnMut(&mut Vec<Taint>),
 ) -> Result<(), SimError> {
-    let api: Api<Node> = Api::all(client.clone());
-    let n = api.get(node).await?;
-    let mut taints = n.spec.and_then(|s| s.taints).unwrap_or_default();
-    let before = taints.clone();
-    f(&mut taints);
-    if taints != before {
-        let patch = json!({"spec": {"taints": taints}});
-        api.patch(node, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
-    }
-    Ok(())
+    edit_taints(client, node, |_, ts| f(ts)).await
 }
 
 /// Adds a taint (if no taint with that key and effect exists).
@@ -44,28 +107,19 @@ pub async fn add_taint(
     .await
 }
 
-/// Marks one node NotReady (Ready=False plus `node.kubernetes.io/not-ready` NoSchedule and
-/// NoExecute taints, as the node lifecycle controller does) or Ready again (removing them).
+/// Takes one node down or brings it back, as the node lifecycle controller shows it:
+/// `ready = false` is a node whose kubelet stopped posting status
+/// ([`NodeReadiness::Unreachable`]: Ready `Unknown`, `NodeStatusUnknown`, and the
+/// `node.kubernetes.io/unreachable` `NoSchedule` and `NoExecute` taints); `ready = true`
+/// is Ready `True` again, the `NoSchedule` taint removed at once and the `NoExecute` one a
+/// few seconds later. With [`NodeLifecycleTiming::default`]; see [`set_node_readiness`].
 pub async fn set_node_ready(client: &Client, node: &str, ready: bool) -> Result<(), SimError> {
-    let api: Api<Node> = Api::all(client.clone());
-    let patch = json!({"status": {"conditions": [ready_condition(ready)]}});
-    api.patch_status(node, &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
-    set_taints(client, node, |ts| {
-        if ready {
-            ts.retain(|t| t.key != TAINT_NOT_READY);
-        } else {
-            for effect in ["NoSchedule", "NoExecute"] {
-                if !ts
-                    .iter()
-                    .any(|t| t.key == TAINT_NOT_READY && t.effect == effect)
-                {
-                    ts.push(taint(TAINT_NOT_READY, effect));
-                }
-            }
-        }
-    })
-    .await
+    let readiness = if ready {
+        NodeReadiness::Ready
+    } else {
+        NodeReadiness::Unreachable
+    };
+    set_node_readiness(client, node, readiness, NodeLifecycleTiming::default()).await
 }
 
 /// Cordons (`spec.unschedulable: true`) or uncordons a node.

@@ -6,13 +6,12 @@ use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
+use super::lifecycle::{NodeLifecycleTiming, NodeReadiness, follow_readiness};
 use super::node_edits::{cordon_node, delete_node, set_taints};
 use super::node_object::{build_node, node_status};
 use super::{NodePoolSpec, SIM_NODE_SELECTOR};
 use crate::SimError;
-use slice_core::constants::{
-    NODE_LABEL_NODEPOOL, TAINT_IMPENDING_TERMINATION, TAINT_NOT_READY, TAINT_UNREACHABLE,
-};
+use slice_core::constants::{NODE_LABEL_NODEPOOL, TAINT_IMPENDING_TERMINATION};
 
 /// Creates the pool's nodes (skipping existing ones) and marks them Ready.
 pub async fn add_pool(client: &Client, spec: &NodePoolSpec) -> Result<(), SimError> {
@@ -41,24 +40,34 @@ pub async fn add_pools(client: &Client, specs: &[NodePoolSpec]) -> Result<(), Si
     Ok(())
 }
 
-/// Restores a pool: creates missing nodes, and for existing ones removes the simulator's
-/// preemption taints, uncordons and marks them Ready.
+/// Restores a pool: creates missing nodes, and for existing ones removes GKE's
+/// impending-termination taint, uncordons and marks them Ready; the node lifecycle
+/// controller then removes its taints as it does for any node Ready again (the `NoExecute`
+/// one a few seconds later: [`NodeLifecycleTiming::default`]).
 pub async fn restore_pool(client: &Client, spec: &NodePoolSpec) -> Result<(), SimError> {
     let api: Api<Node> = Api::all(client.clone());
+    let mut existing = Vec::new();
     for name in spec.node_names()? {
         if api.get_opt(&name).await?.is_some() {
             set_taints(client, &name, |ts| {
-                ts.retain(|t| !is_sim_managed_taint(&t.key));
+                ts.retain(|t| t.key != TAINT_IMPENDING_TERMINATION);
             })
             .await?;
             cordon_node(client, &name, false).await?;
+            existing.push(name);
         }
     }
-    add_pool(client, spec).await
-}
-
-fn is_sim_managed_taint(key: &str) -> bool {
-    key == TAINT_IMPENDING_TERMINATION || key == TAINT_NOT_READY || key == TAINT_UNREACHABLE
+    add_pool(client, spec).await?;
+    for name in existing {
+        follow_readiness(
+            client,
+            &name,
+            NodeReadiness::Ready,
+            NodeLifecycleTiming::default(),
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 /// Names of the nodes of a pool currently in the API server (sorted).

@@ -33,7 +33,8 @@ impl Default for PreemptionTiming {
 pub enum PreemptionPhase {
     /// `cloud.google.com/impending-node-termination:NoSchedule` on every node.
     ImpendingTermination,
-    /// Ready=False and `node.kubernetes.io/not-ready` taints on every node.
+    /// Every node's kubelet stops posting status: Ready `Unknown` (`NodeStatusUnknown`) and
+    /// the `node.kubernetes.io/unreachable` taints (see [`set_node_ready`]).
     NotReady,
     /// Every node of the pool deleted.
     Removed,
@@ -87,7 +88,7 @@ mod tests {
     use super::*;
     use crate::nodes::NodePoolSpec;
     use crate::test_support::mock_node_api;
-    use slice_core::constants::TAINT_NOT_READY;
+    use slice_core::constants::TAINT_UNREACHABLE;
 
     #[test]
     fn preemption_order() {
@@ -145,20 +146,32 @@ mod tests {
         };
         let first_taint_impending =
             pos(&|(m, _, b)| m == "PATCH" && b.to_string().contains(TAINT_IMPENDING_TERMINATION));
+        // The VM is gone: its kubelet stops posting, the node lifecycle controller marks
+        // Ready Unknown and taints the node unreachable (NoSchedule, NoExecute with time).
         let first_not_ready = pos(&|(m, u, b)| {
             m == "PATCH"
                 && u.contains("/status")
-                && b["status"]["conditions"][0]["status"] == "False"
+                && b["status"]["conditions"][0]["status"] == "Unknown"
+                && b["status"]["conditions"][0]["reason"] == "NodeStatusUnknown"
         });
         let first_not_ready_taint =
-            pos(&|(m, _, b)| m == "PATCH" && b.to_string().contains(TAINT_NOT_READY));
+            pos(&|(m, _, b)| m == "PATCH" && b.to_string().contains(TAINT_UNREACHABLE));
+        let taints = &log[first_not_ready_taint].2["spec"]["taints"];
+        let effects: Vec<(&str, bool)> = taints
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["key"] == TAINT_UNREACHABLE)
+            .map(|t| (t["effect"].as_str().unwrap(), t.get("timeAdded").is_some()))
+            .collect();
+        assert_eq!(effects, [("NoSchedule", false), ("NoExecute", true)]);
         let first_delete = pos(&|(m, _, _)| m == "DELETE");
         let impending_count = log
             .iter()
             .filter(|(m, _, b)| {
                 m == "PATCH"
                     && b.to_string().contains(TAINT_IMPENDING_TERMINATION)
-                    && !b.to_string().contains(TAINT_NOT_READY)
+                    && !b.to_string().contains(TAINT_UNREACHABLE)
             })
             .count();
         assert_eq!(impending_count, 2, "both nodes tainted: {log:#?}");

@@ -4,7 +4,8 @@
 //! schedulable (`spec.unschedulable`), taints with effect `NoSchedule`/`NoExecute` against the
 //! pod's tolerations, `spec.nodeSelector`, required node affinity (`nodeSelectorTerms` with
 //! `In`/`NotIn`/`Exists`/`DoesNotExist`/`Gt`/`Lt` and `matchFields` on `metadata.name`), and free
-//! `google.com/tpu` (allocatable minus the requests of non-terminal pods bound to the node).
+//! `google.com/tpu` (allocatable minus the requests of the pods bound to the node that are not
+//! terminal or are still terminating: a pod being deleted keeps its chips until it is gone).
 //!
 //! Not checked: cpu/memory/pods capacity, pod (anti-)affinity and topology spread constraints,
 //! host ports, volumes. Instead of pod (anti-)affinity the placement prefers, for a pod labelled

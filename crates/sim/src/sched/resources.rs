@@ -60,11 +60,14 @@ pub fn node_tpu_allocatable(node: &Node) -> u64 {
         .unwrap_or(0)
 }
 
-/// Chips taken per node by non-terminal pods bound there.
+/// Chips taken per node by the pods bound there that are not terminal, or are still
+/// terminating (marked for deletion and not yet gone, even if their containers have stopped):
+/// like a real scheduler, new pods do not get the chips of a pod being deleted before it is
+/// gone.
 pub fn tpu_usage<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> BTreeMap<String, u64> {
     let mut used = BTreeMap::new();
     for p in pods {
-        if pod_is_terminal(p) {
+        if pod_is_terminal(p) && p.metadata.deletion_timestamp.is_none() {
             continue;
         }
         if let Some(n) = pod_node(p) {
@@ -105,5 +108,22 @@ mod tests {
         });
         let used = tpu_usage([&failed, &bound(tpu_pod("r", 2), "n")]);
         assert_eq!(used.get("n"), Some(&2));
+    }
+
+    #[test]
+    fn usage_counts_terminating_pods_until_gone() {
+        let deleted_at = serde_json::from_value(serde_json::json!("2026-01-01T00:00:00Z")).ok();
+        let mut terminating = bound(tpu_pod("t", 4), "n");
+        terminating.metadata.deletion_timestamp = deleted_at.clone();
+        // Its containers stopped (phase Failed), but the pod is not gone yet.
+        let mut stopped = bound(tpu_pod("s", 2), "m");
+        stopped.metadata.deletion_timestamp = deleted_at;
+        stopped.status = Some(PodStatus {
+            phase: Some("Failed".into()),
+            ..Default::default()
+        });
+        let used = tpu_usage([&terminating, &stopped]);
+        assert_eq!(used.get("n"), Some(&4));
+        assert_eq!(used.get("m"), Some(&2));
     }
 }
