@@ -239,6 +239,23 @@ fn operator_validation_names_the_field_and_the_fix() {
 }
 
 #[test]
+fn a_group_without_tpu_may_not_request_tpu_chips() {
+    // Its pods would land on TPU nodes unpinned, taking slices the inventory hands to others.
+    let mut tc = train_cluster(Membership::Independent, 1, 1);
+    let group = &mut tc.spec.worker_groups[0];
+    group.tpu = None;
+    group.hosts_per_group = Some(2);
+    let e = errors_of(&tc);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].starts_with("spec.workerGroups[0].template.spec.containers:")
+            && e[0].contains("google.com/tpu")
+            && e[0].contains("use tpu"),
+        "{e:?}"
+    );
+}
+
+#[test]
 fn every_problem_is_reported_at_once() {
     let mut tc = train_cluster(Membership::Multislice, 3, 2);
     tc.spec.worker_groups[0].tpu.as_mut().unwrap().accelerator = "tpu-v9".into();

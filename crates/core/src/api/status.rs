@@ -34,7 +34,8 @@ pub struct TrainClusterStatus {
     /// Slices whose every host pod is running and ready.
     #[serde(default)]
     pub ready_slices: u32,
-    /// Whole, ready TPU slices this cluster holds or could take.
+    /// Whole, ready TPU slices this cluster holds or could take, counted up to each group's
+    /// `slices.max`.
     #[serde(default)]
     pub available_slices: u32,
     /// Group failures so far (pod failed, container restarted).
@@ -58,6 +59,7 @@ pub struct GroupStatus {
     pub desired_slices: u32,
     #[serde(default)]
     pub ready_slices: u32,
+    /// Whole, ready slices the group holds or could take, up to its `slices.max`.
     #[serde(default)]
     pub available_slices: u32,
     /// Multislice membership epoch; every change of membership starts a new one.

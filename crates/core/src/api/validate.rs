@@ -164,11 +164,24 @@ pub fn resolve(tc: &TrainCluster) -> Result<Vec<ResolvedGroup<'_>>, Vec<FieldErr
                     }),
                 }
             }
-            (None, Some(hosts)) if hosts >= 1 => groups.push(ResolvedGroup {
-                spec: group,
-                shape: None,
-                hosts,
-            }),
+            (None, Some(hosts)) if hosts >= 1 => {
+                // Unpinned pods asking for chips would take slices the inventory counts as
+                // free for other clusters: TPU work goes through `tpu`, whole slices only.
+                if !matches!(tpu_request(&group.template), Ok(None | Some(0))) {
+                    errors.push(FieldError {
+                        field: format!("{at}.template.spec.containers"),
+                        message: format!(
+                            "a hostsPerGroup group may not request {TPU_RESOURCE}; use tpu (accelerator and topology) to run on whole TPU slices"
+                        ),
+                    });
+                    continue;
+                }
+                groups.push(ResolvedGroup {
+                    spec: group,
+                    shape: None,
+                    hosts,
+                })
+            }
             (None, Some(_)) => errors.push(FieldError {
                 field: format!("{at}.hostsPerGroup"),
                 message: "must be at least 1".into(),

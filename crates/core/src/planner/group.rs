@@ -40,7 +40,7 @@ impl<'a> Planner<'a> {
         // Size: from the slices this group holds or can take.
         let own: HashSet<&str> = observed.values().filter_map(|r| r.slice).collect();
         let usable = self.usable_slices(group, &own, grace);
-        memory.available_slices = usable.len() as u32;
+        memory.available_slices = available_slices(group, usable.len());
         let sizing = self.size_group(group, &mut memory, failed);
 
         // Retire what the size has no room for, as whole groups.
@@ -121,6 +121,17 @@ impl<'a> Planner<'a> {
                 self.wake_at(t);
             }
         }
+    }
+}
+
+/// Slices available to the group, counted up to `slices.max`: beyond it, slices other
+/// clusters take or free are no news about this one (and no status write). A group that needs
+/// no slices (no TPU shape) always has its max.
+fn available_slices(group: &ResolvedGroup<'_>, usable: usize) -> u32 {
+    let max = group.spec.slices.max;
+    match group.shape {
+        Some(_) => (usable as u32).min(max),
+        None => max,
     }
 }
 

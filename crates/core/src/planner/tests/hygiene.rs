@@ -146,3 +146,36 @@ fn a_stale_inventory_never_puts_a_second_group_on_a_slice_our_pods_hold() {
         "its own slice still counts as available"
     );
 }
+
+#[test]
+fn available_slices_count_up_to_max_so_other_clusters_moving_writes_nothing() {
+    // A running cluster at its max: slices other clusters take or free beyond what it could
+    // use are not news about it.
+    let mut world = World::new(train_cluster(Membership::Independent, 1, 2), v6e_pools(6));
+    world.settle(5);
+    let settled = world.status();
+    assert_eq!(settled.groups[0].available_slices, 2);
+    world.remove_pool("pool-5");
+    world.remove_pool("pool-4");
+    let plan = world.plan();
+    assert!(plan.is_noop(), "{plan:?}");
+    assert_eq!(plan.status, settled, "no status write");
+}
+
+#[test]
+fn a_group_that_needs_no_slices_is_never_short_of_them() {
+    let mut tc = train_cluster(Membership::Independent, 1, 2);
+    let group = &mut tc.spec.worker_groups[0];
+    group.tpu = None;
+    group.hosts_per_group = Some(2);
+    group.template = worker_template(0);
+    let mut world = World::new(tc, Vec::new());
+    world.settle(5);
+    let status = world.status();
+    let available = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == CONDITION_SLICES_AVAILABLE)
+        .unwrap();
+    assert_eq!(available.status, "True", "{available:?}");
+}
