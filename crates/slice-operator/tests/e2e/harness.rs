@@ -1,22 +1,65 @@
 //! The e2e environment: an in-process API emulator with the operator, fake TPU node pools
 //! and a fake kubelet (default), or any cluster in $KUBECONFIG (`E2E_EXTERNAL=1`, the
 //! operator installed there by the chart; node pools and kubelet are faked from here).
-//! Shared by the e2e suite and operator_api.rs, which each use part of it.
+//! Shared by the e2e suite and the other system tests, which each use part of it.
+//!
+//! Isolation on a shared cluster: every [`Env`] gets a run id unique to the scenario and the
+//! run. Its fake nodes carry the label [`RUN_LABEL`]`=<run id>` (and, on a shared cluster,
+//! names prefixed with the run id), its objects live in its own namespace, and its fake
+//! kubelet touches only that namespace and those nodes. Cleanup deletes exactly that: the
+//! namespace's TrainClusters and pods, the namespace, and the nodes with this run's label;
+//! never a node it did not create. It runs in [`Env::stop`], and from `Drop` when a scenario
+//! fails or panics before reaching `stop` (on a thread of its own, bounded by a timeout).
 #![allow(dead_code)]
 
 use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Deserialize;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, CustomResourceExt};
 use slice_controller::{self as operator, OperatorConfig, OperatorHandle};
 use slice_core::api::{Membership, Phase, TrainCluster};
 use slice_core::constants::*;
 use slice_emulator::{Emulator, EmulatorOptions};
 use slice_sim::{self as sim, FakeKubelet, KubeletOptions, NodePoolSpec, PreemptionTiming};
+
+/// Label on every node an [`Env`] creates; the value is the run id ([`Env::run`]).
+pub const RUN_LABEL: &str = "e2e.slices.dev/run";
+
+/// Upper bound of one cleanup (API calls against a possibly slow or broken cluster).
+const CLEANUP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `<scenario>-<8 hex digits>`, unique per scenario, process and call: a label value, a
+/// namespace suffix and a node-name prefix.
+fn run_id(scenario: &str) -> String {
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_u64(CALLS.fetch_add(1, Ordering::Relaxed));
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    let scenario: String = scenario
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .take(40)
+        .collect();
+    format!("{scenario}-{:08x}", h.finish() as u32)
+}
 
 /// How the in-process operators are run (emulator mode only).
 #[derive(Clone, Debug)]
@@ -25,6 +68,8 @@ pub struct EnvOptions {
     pub leader_election: bool,
     /// Per-request timeout of the operators' client (to test API timeouts).
     pub read_timeout: Option<Duration>,
+    /// Options of the in-process API emulator.
+    pub emulator: EmulatorOptions,
 }
 
 impl Default for EnvOptions {
@@ -33,6 +78,7 @@ impl Default for EnvOptions {
             operators: 1,
             leader_election: chart_config().leader_election,
             read_timeout: None,
+            emulator: EmulatorOptions::default(),
         }
     }
 }
@@ -73,11 +119,180 @@ pub fn chart_config() -> OperatorConfig {
 pub struct Env {
     pub client: Client,
     pub namespace: String,
+    /// This run's id: the value of [`RUN_LABEL`] on its nodes.
+    pub run: String,
     pub emulator: Option<Emulator>,
     pub operators: Vec<OperatorHandle>,
     options: EnvOptions,
     kubelet: Option<FakeKubelet>,
     prefix: String,
+    /// What to delete from a cluster this Env does not own; `None` once done (or when the
+    /// Env owns its emulator, which goes away with it).
+    cleanup: Option<Cleanup>,
+}
+
+/// A cluster several scenarios share: the one in $KUBECONFIG (`E2E_EXTERNAL=1`), else an
+/// API emulator with the operator (as the chart configures it) started here.
+pub struct SharedCluster {
+    pub config: kube::Config,
+    pub emulator: Option<Emulator>,
+    pub operator: Option<OperatorHandle>,
+}
+
+impl SharedCluster {
+    pub async fn start() -> SharedCluster {
+        if external() {
+            let config = kube::Config::infer()
+                .await
+                .expect("E2E_EXTERNAL=1 needs a reachable cluster in KUBECONFIG");
+            return SharedCluster {
+                config,
+                emulator: None,
+                operator: None,
+            };
+        }
+        let emulator = Emulator::start(EmulatorOptions::default())
+            .await
+            .expect("emulator");
+        emulator
+            .install_crd(&TrainCluster::crd())
+            .expect("install CRD");
+        let operator = start_operator(&emulator, 0, &EnvOptions::default()).await;
+        SharedCluster {
+            config: emulator.config(),
+            emulator: Some(emulator),
+            operator: Some(operator),
+        }
+    }
+
+    pub fn client(&self) -> Client {
+        Client::try_from(self.config.clone()).expect("client")
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(op) = self.operator.take() {
+            let _ = op.stop().await;
+        }
+        if let Some(emulator) = self.emulator.take() {
+            emulator.shutdown().await;
+        }
+    }
+}
+
+/// Everything one Env created on a cluster it does not own.
+#[derive(Clone)]
+struct Cleanup {
+    config: kube::Config,
+    namespace: String,
+    /// False for a namespace the Env did not create (e.g. `default`).
+    delete_namespace: bool,
+    run: String,
+}
+
+impl Cleanup {
+    /// Deletes this run's TrainClusters, pods and namespace, then its nodes (selected by
+    /// [`RUN_LABEL`], so no node of another run or of the cluster itself is touched). Every
+    /// step is tried; the first error is returned.
+    async fn run(&self, client: &Client) -> Result<(), String> {
+        let mut errors = Vec::new();
+        let gone = |r: Result<(), kube::Error>, what: &str, errors: &mut Vec<String>| match r {
+            Ok(()) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => errors.push(format!("{what}: {e}")),
+        };
+        let tcs: Api<TrainCluster> = Api::namespaced(client.clone(), &self.namespace);
+        let r = tcs
+            .delete_collection(&DeleteParams::default(), &ListParams::default())
+            .await
+            .map(|_| ());
+        gone(r, "delete TrainClusters", &mut errors);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &self.namespace);
+        let r = pods
+            .delete_collection(
+                &DeleteParams::default().grace_period(0),
+                &ListParams::default(),
+            )
+            .await
+            .map(|_| ());
+        gone(r, "delete pods", &mut errors);
+        if self.delete_namespace {
+            let namespaces: Api<Namespace> = Api::all(client.clone());
+            let r = namespaces
+                .delete(&self.namespace, &DeleteParams::default())
+                .await
+                .map(|_| ());
+            gone(r, "delete namespace", &mut errors);
+        }
+        let nodes: Api<Node> = Api::all(client.clone());
+        let selector = run_selector(&self.run);
+        let r = nodes
+            .delete_collection(
+                &DeleteParams::default(),
+                &ListParams::default().labels(&selector),
+            )
+            .await
+            .map(|_| ());
+        gone(r, "delete nodes", &mut errors);
+        match errors.into_iter().next() {
+            None => Ok(()),
+            Some(e) => Err(e),
+        }
+    }
+
+    /// The same, from synchronous code that may sit inside a tokio runtime (a `Drop` during
+    /// a panic): on a thread with its own runtime and client, bounded by [`CLEANUP_TIMEOUT`].
+    /// On a multi-threaded runtime the calling worker is handed over first
+    /// (`block_in_place`), so an in-process API server on this runtime keeps serving.
+    fn run_blocking(self) -> Result<(), String> {
+        let work = move || {
+            std::thread::Builder::new()
+                .name(format!("cleanup-{}", self.run))
+                .spawn(move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .map_err(|e| e.to_string())?;
+                    runtime.block_on(async {
+                        let client = Client::try_from(self.config.clone())
+                            .map_err(|e| format!("client: {e}"))?;
+                        tokio::time::timeout(CLEANUP_TIMEOUT, self.run(&client))
+                            .await
+                            .map_err(|_| format!("timed out after {CLEANUP_TIMEOUT:?}"))?
+                    })
+                })
+                .map_err(|e| format!("spawn: {e}"))?
+                .join()
+                .map_err(|_| "the cleanup thread panicked".to_string())?
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(work)
+            }
+            _ => work(),
+        }
+    }
+}
+
+/// Label selector of the nodes of one run.
+fn run_selector(run: &str) -> String {
+    format!("{},{RUN_LABEL}={run}", sim::nodes::SIM_NODE_SELECTOR)
+}
+
+impl Drop for Env {
+    /// A scenario that failed or panicked before [`Env::stop`] still removes what it created.
+    fn drop(&mut self) {
+        let Some(cleanup) = self.cleanup.take() else {
+            return;
+        };
+        drop(self.kubelet.take());
+        let (run, namespace) = (cleanup.run.clone(), cleanup.namespace.clone());
+        match cleanup.run_blocking() {
+            Ok(()) => eprintln!("e2e: cleaned up run {run} (namespace {namespace}) on drop"),
+            Err(e) => eprintln!(
+                "e2e: cleanup of run {run} (namespace {namespace}) failed: {e}; delete nodes with -l {RUN_LABEL}={run} by hand"
+            ),
+        }
+    }
 }
 
 /// Start in-process operator number `i` against the emulator, configured as the chart does.
@@ -114,66 +329,167 @@ impl Env {
         if std::env::var("E2E_LOG").is_ok() {
             operator::init_tracing(operator::LogFormat::Text);
         }
-        let (client, emulator, namespace, prefix) = if external() {
-            let client = Client::try_default()
+        if external() {
+            let config = kube::Config::infer()
                 .await
                 .expect("E2E_EXTERNAL=1 needs a reachable cluster in KUBECONFIG");
-            (
-                client,
-                None,
-                format!("e2e-{scenario}"),
-                format!("{scenario}-"),
-            )
-        } else {
-            let emulator = Emulator::start(EmulatorOptions::default())
-                .await
-                .expect("emulator");
-            emulator
-                .install_crd(&TrainCluster::crd())
-                .expect("install CRD");
-            (
-                emulator.client(),
-                Some(emulator),
-                "default".to_string(),
-                String::new(),
-            )
-        };
-        let namespaces: Api<Namespace> = Api::all(client.clone());
-        let ns =
-            serde_json::from_value(serde_json::json!({"metadata": {"name": namespace}})).unwrap();
-        let _ = namespaces.create(&PostParams::default(), &ns).await;
-        let mut operators = Vec::new();
-        if let Some(emulator) = &emulator {
-            for i in 0..options.operators {
-                operators.push(start_operator(emulator, i, &options).await);
-            }
+            return Env::start_shared(config, scenario, pools).await;
         }
-        let mut env = Env {
-            client,
-            namespace,
-            emulator,
+        let emulator = Emulator::start(options.emulator.clone())
+            .await
+            .expect("emulator");
+        emulator
+            .install_crd(&TrainCluster::crd())
+            .expect("install CRD");
+        let mut operators = Vec::new();
+        for i in 0..options.operators {
+            operators.push(start_operator(&emulator, i, &options).await);
+        }
+        let env = Env {
+            client: emulator.client(),
+            namespace: "default".to_string(),
+            run: run_id(scenario),
+            emulator: Some(emulator),
             operators,
             options,
             kubelet: None,
-            prefix,
+            prefix: String::new(),
+            cleanup: None,
         };
+        env.setup(pools).await
+    }
+
+    /// A scenario on a cluster shared with others (the operator already runs there): its
+    /// own namespace `e2e-<run id>`, node pools named `<run id>-<name>`, and cleanup of
+    /// exactly those on [`Env::stop`] or drop.
+    pub async fn start_shared(
+        config: kube::Config,
+        scenario: &str,
+        pools: &[(&str, &str, &str)],
+    ) -> Env {
+        let run = run_id(scenario);
+        let client = Client::try_from(config.clone()).expect("client");
+        let namespace = format!("e2e-{run}");
+        let env = Env {
+            client,
+            namespace: namespace.clone(),
+            prefix: format!("{run}-"),
+            emulator: None,
+            operators: Vec::new(),
+            options: EnvOptions::default(),
+            kubelet: None,
+            // Armed before anything is created, so a failure part-way is cleaned up too.
+            cleanup: Some(Cleanup {
+                config,
+                namespace,
+                delete_namespace: true,
+                run: run.clone(),
+            }),
+            run,
+        };
+        let namespaces: Api<Namespace> = Api::all(env.client.clone());
+        let ns = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": env.namespace, "labels": {RUN_LABEL: env.run}}
+        }))
+        .unwrap();
+        namespaces
+            .create(&PostParams::default(), &ns)
+            .await
+            .expect("create the scenario's namespace");
+        env.setup(pools).await
+    }
+
+    /// Node pools and the fake kubelet (limited to this Env's namespace and nodes).
+    async fn setup(mut self, pools: &[(&str, &str, &str)]) -> Env {
         let specs: Vec<NodePoolSpec> = pools
             .iter()
-            .map(|(n, a, t)| NodePoolSpec::new(&env.pool(n), a, t))
+            .map(|(n, a, t)| NodePoolSpec::new(&self.pool(n), a, t))
             .collect();
-        sim::add_pools(&env.client, &specs)
-            .await
-            .expect("create node pools");
-        env.kubelet = Some(FakeKubelet::run(
-            env.client.clone(),
+        self.add_pools(&specs).await;
+        self.kubelet = Some(FakeKubelet::run(
+            self.client.clone(),
             KubeletOptions {
+                namespace: Some(self.namespace.clone()),
                 pod_selector: Some(LABEL_CLUSTER.to_string()),
-                node_selector: Some(sim::nodes::SIM_NODE_SELECTOR.to_string()),
+                node_selector: Some(run_selector(&self.run)),
                 start_delay: Duration::from_millis(100),
                 ..Default::default()
             },
         ));
-        env
+        self
+    }
+
+    /// Creates the pools' missing nodes, Ready and labelled with this run (directly in the
+    /// store when the Env owns its emulator: the operator sees the same watch events).
+    pub async fn add_pools(&self, specs: &[NodePoolSpec]) {
+        let nodes: Vec<Node> = specs
+            .iter()
+            .flat_map(|spec| {
+                let hosts = spec.hosts().expect("pool shape");
+                (0..hosts).map(move |h| sim::nodes::build_node(spec, h).expect("node"))
+            })
+            .map(|mut node| {
+                node.metadata
+                    .labels
+                    .get_or_insert_with(Default::default)
+                    .insert(RUN_LABEL.to_string(), self.run.clone());
+                node
+            })
+            .collect();
+        if let Some(emulator) = &self.emulator {
+            for node in nodes {
+                match emulator.create_object(
+                    "v1",
+                    "nodes",
+                    None,
+                    serde_json::to_value(node).unwrap(),
+                ) {
+                    Ok(_) => {}
+                    Err(e) if e.code == 409 => {}
+                    Err(e) => panic!("create node: {e:?}"),
+                }
+            }
+            return;
+        }
+        let api: Api<Node> = Api::all(self.client.clone());
+        let results: Vec<Result<(), kube::Error>> = futures::stream::iter(nodes)
+            .map(|node| {
+                let api = api.clone();
+                async move {
+                    let name = node.metadata.name.clone().unwrap_or_default();
+                    match api.create(&PostParams::default(), &node).await {
+                        Ok(_) => {}
+                        Err(kube::Error::Api(e)) if e.code == 409 => {}
+                        Err(e) => return Err(e),
+                    }
+                    // The API server may drop status on create: write it through /status.
+                    let patch = serde_json::json!({"status": node.status});
+                    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                        .map(|_| ())
+                }
+            })
+            .buffer_unordered(8)
+            .collect()
+            .await;
+        for r in results {
+            r.expect("create node pool");
+        }
+    }
+
+    /// Names of the nodes this run created that exist now, sorted.
+    pub async fn own_nodes(&self) -> Vec<String> {
+        let api: Api<Node> = Api::all(self.client.clone());
+        let mut names: Vec<String> = api
+            .list(&ListParams::default().labels(&run_selector(&self.run)))
+            .await
+            .expect("list nodes")
+            .items
+            .into_iter()
+            .filter_map(|n| n.metadata.name)
+            .collect();
+        names.sort();
+        names
     }
 
     pub fn pool(&self, name: &str) -> String {
@@ -311,13 +627,13 @@ impl Env {
             .expect("preempt");
     }
 
+    /// Restores a preempted pool: its missing nodes come back with this run's label.
     pub async fn restore(&self, pool: &str, accelerator: &str, topology: &str) {
-        sim::restore_pool(
-            &self.client,
-            &NodePoolSpec::new(&self.pool(pool), accelerator, topology),
-        )
-        .await
-        .expect("restore");
+        let spec = NodePoolSpec::new(&self.pool(pool), accelerator, topology);
+        self.add_pools(std::slice::from_ref(&spec)).await;
+        sim::restore_pool(&self.client, &spec)
+            .await
+            .expect("restore");
     }
 
     /// Stop operator `i` as SIGTERM does (drain, release the lease) or as SIGKILL does
@@ -340,12 +656,11 @@ impl Env {
         if let Some(kubelet) = self.kubelet.take() {
             kubelet.stop().await;
         }
-        if external() {
-            let _ = self
-                .tcs()
-                .delete_collection(&DeleteParams::default(), &ListParams::default())
-                .await;
-            let _ = sim::delete_sim_nodes(&self.client).await;
+        if let Some(cleanup) = self.cleanup.take() {
+            tokio::time::timeout(CLEANUP_TIMEOUT, cleanup.run(&self.client))
+                .await
+                .unwrap_or_else(|_| Err(format!("timed out after {CLEANUP_TIMEOUT:?}")))
+                .unwrap_or_else(|e| panic!("cleanup of run {}: {e}", self.run));
         }
         for op in self.operators.drain(..) {
             let _ = op.stop().await;

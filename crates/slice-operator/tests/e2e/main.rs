@@ -181,14 +181,22 @@ async fn failed_pod_replaces_exactly_its_group_in_independent_mode() {
         BTreeSet::from(["0".to_string(), "1".to_string()])
     );
     if let (Some(emulator), Some(mark)) = (&env.emulator, mark) {
-        // The whole group went, each member guarded by its uid.
+        // The whole group went, each member once and guarded by its uid. (The operator's
+        // deletes are graceful; the fake kubelet confirms each with grace period 0.)
         let deletes: Vec<_> = emulator
             .requests()
             .since(mark)
             .into_iter()
             .filter(|r| r.method == "DELETE" && r.path.contains("/pods/indie-workers-1-"))
+            .filter(|r| {
+                !(r.query.contains("gracePeriodSeconds=0")
+                    || r.body_json()
+                        .is_some_and(|b| b["gracePeriodSeconds"] == serde_json::json!(0)))
+            })
             .collect();
         assert_eq!(deletes.len(), 4, "{deletes:?}");
+        let members: BTreeSet<&str> = deletes.iter().map(|r| r.path.as_str()).collect();
+        assert_eq!(members.len(), 4, "each member once: {deletes:?}");
         for d in &deletes {
             let body = d.body_json().unwrap_or_default();
             assert!(
@@ -375,8 +383,12 @@ async fn invalid_specs_are_rejected_by_the_api_or_reported_in_status() {
         "{}",
         valid.message
     );
-    let events = env.events_for("bad").await;
-    assert!(events.iter().any(|(r, _)| r == "InvalidSpec"), "{events:?}");
+    // The event follows the status write that reported it.
+    env.wait_for("an InvalidSpec event", Duration::from_secs(10), || async {
+        let events = env.events_for("bad").await;
+        events.iter().any(|(r, _)| r == "InvalidSpec").then_some(())
+    })
+    .await;
     env.stop().await;
 }
 
@@ -566,4 +578,122 @@ fn env_leader(env: &Env) -> Option<usize> {
     env.operators
         .iter()
         .position(|o| o.context.leader.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+/// Two scenarios share one cluster (the one in $KUBECONFIG, else an emulator with the
+/// operator): one panics half-way. Its drop guard removes its namespace, TrainCluster and
+/// nodes, and nothing of the other scenario nor any fake node it did not create.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scenario_that_panics_cleans_up_only_what_it_created() {
+    use k8s_openapi::api::core::v1::{Namespace, Node};
+    let shared = harness::SharedCluster::start().await;
+    // Different slice shapes, so the two clusters never compete for a slice.
+    let bystander = Env::start_shared(
+        shared.config.clone(),
+        "bystander",
+        &[("pool-0", V6E, "2x4")],
+    )
+    .await;
+    let mut tc = bystander.train_cluster("calm", Membership::Multislice, 1, 1);
+    tc.spec.worker_groups[0] = slice_core::testing::tpu_group("workers", V6E, "2x4", 8, 1, 1);
+    bystander.create(&tc).await;
+    let (_, calm_pods) = bystander.wait_running("calm", 1, 1).await;
+    let bystander_nodes = bystander.own_nodes().await;
+    assert_eq!(bystander_nodes.len(), 1, "{bystander_nodes:?}");
+    // A fake node of nobody's run (emulator only: on a real cluster it would outlive a crash).
+    let foreign = slice_sim::NodePoolSpec::new("foreign-pool", V6E, "2x2");
+    if shared.emulator.is_some() {
+        slice_sim::add_pool(&shared.client(), &foreign)
+            .await
+            .unwrap();
+    }
+
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let config = shared.config.clone();
+    let doomed = tokio::spawn(async move {
+        let env = Env::start_shared(config, "doomed", &[("pool-0", V6E, "4x4")]).await;
+        env.create(&env.train_cluster("doomed", Membership::Multislice, 1, 1))
+            .await;
+        env.wait_running("doomed", 1, 4).await;
+        let nodes = env.own_nodes().await;
+        tx.send((env.namespace.clone(), env.run.clone(), nodes))
+            .unwrap();
+        panic!("this scenario fails on purpose");
+    });
+    let err = doomed.await.expect_err("the scenario panicked");
+    assert!(err.is_panic(), "{err}");
+    let (doomed_ns, doomed_run, doomed_nodes) = rx.await.expect("the scenario got to Running");
+    assert_eq!(doomed_nodes.len(), 4, "{doomed_nodes:?}");
+    assert_ne!(doomed_run, bystander.run);
+
+    let client = shared.client();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let doomed_tcs: Api<TrainCluster> = Api::namespaced(client.clone(), &doomed_ns);
+    // A real API server finishes a namespace deletion asynchronously.
+    bystander
+        .wait_for(
+            "the panicked scenario's objects gone",
+            Duration::from_secs(60),
+            || async {
+                let run_nodes = nodes
+                    .list(
+                        &kube::api::ListParams::default()
+                            .labels(&format!("{}={doomed_run}", harness::RUN_LABEL)),
+                    )
+                    .await
+                    .ok()?
+                    .items;
+                let tcs = doomed_tcs.list(&Default::default()).await.ok()?.items;
+                let ns_gone = namespaces
+                    .get_opt(&doomed_ns)
+                    .await
+                    .ok()?
+                    .is_none_or(|ns| ns.metadata.deletion_timestamp.is_some());
+                (run_nodes.is_empty() && tcs.is_empty() && ns_gone).then_some(())
+            },
+        )
+        .await;
+    for node in &doomed_nodes {
+        assert!(nodes.get_opt(node).await.unwrap().is_none(), "{node} left");
+    }
+    // Nothing of the other scenario was touched: its namespace, cluster, pods and nodes.
+    assert!(
+        namespaces
+            .get_opt(&bystander.namespace)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!(bystander.own_nodes().await, bystander_nodes);
+    let (_, pods_after) = bystander.wait_running("calm", 1, 1).await;
+    assert_eq!(
+        pods_after.iter().map(uid).collect::<Vec<_>>(),
+        calm_pods.iter().map(uid).collect::<Vec<_>>()
+    );
+    if shared.emulator.is_some() {
+        assert!(nodes.get_opt("foreign-pool-0").await.unwrap().is_some());
+    }
+
+    // The normal path removes the bystander's objects, and again nothing else.
+    let (bystander_ns, bystander_run) = (bystander.namespace.clone(), bystander.run.clone());
+    bystander.stop().await;
+    let left = nodes
+        .list(
+            &kube::api::ListParams::default()
+                .labels(&format!("{}={bystander_run}", harness::RUN_LABEL)),
+        )
+        .await
+        .unwrap()
+        .items;
+    assert!(left.is_empty(), "{} nodes left", left.len());
+    let ns = namespaces.get_opt(&bystander_ns).await.unwrap();
+    assert!(ns.is_none_or(|ns| ns.metadata.deletion_timestamp.is_some()));
+    if shared.emulator.is_some() {
+        assert!(
+            nodes.get_opt("foreign-pool-0").await.unwrap().is_some(),
+            "a node of no run survives"
+        );
+    }
+    shared.stop().await;
 }

@@ -1,0 +1,154 @@
+//! A multislice job at scale against the in-process API emulator, with the operator at the
+//! chart's settings: 64 v6e 8x8 slices x 16 hosts = 1,024 pods. One pod fails; the whole job
+//! restarts once, as one new epoch, and comes back complete.
+//!
+//! Runs in `make test` (about half a minute in a debug build on 2 cores; it prints its
+//! timings).
+
+#[path = "e2e/harness.rs"]
+mod harness;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use harness::{Env, EnvOptions, label};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::ListParams;
+use slice_core::api::{Membership, Phase, TrainCluster};
+use slice_core::constants::*;
+use slice_emulator::EmulatorOptions;
+use slice_sim::NodePoolSpec;
+
+const V6E: &str = "tpu-v6e-slice";
+const SLICES: u32 = 64;
+const HOSTS: u32 = 16; // v6e 8x8, 4 chips per host
+const PODS: usize = (SLICES * HOSTS) as usize;
+const NAME: &str = "big";
+
+/// Every worker pod of the cluster, terminating ones included.
+async fn all_pods(env: &Env) -> Vec<Pod> {
+    let selector = format!("{LABEL_CLUSTER}={NAME},{LABEL_ROLE}={ROLE_WORKER}");
+    env.pods()
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+}
+
+fn is_running(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
+/// Pods per epoch label.
+fn epochs(pods: &[Pod]) -> BTreeMap<String, usize> {
+    let mut by_epoch = BTreeMap::new();
+    for pod in pods {
+        *by_epoch.entry(label(pod, LABEL_EPOCH)).or_insert(0) += 1;
+    }
+    by_epoch
+}
+
+/// Wait until the cluster is Running with every slice ready, and exactly its 1,024 pods
+/// exist (no terminating leftovers), all Running, all of one epoch other than `not`.
+async fn wait_complete(
+    env: &Env,
+    not: Option<&str>,
+    timeout: Duration,
+) -> (TrainCluster, Vec<Pod>) {
+    let what = format!("{NAME} Running with {PODS} pods of one epoch (not {not:?})");
+    env.wait_for(&what, timeout, || async {
+        let tc = env.tcs().get(NAME).await.ok()?;
+        let status = tc.status.as_ref()?;
+        if status.phase != Phase::Running || status.ready_slices != SLICES {
+            return None;
+        }
+        let pods = all_pods(env).await;
+        let by_epoch = epochs(&pods);
+        let complete = pods.len() == PODS
+            && pods.iter().all(is_running)
+            && by_epoch.len() == 1
+            && by_epoch.keys().next().map(String::as_str) != not;
+        complete.then_some((tc, pods))
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_64_slice_multislice_job_of_1024_pods_restarts_once_and_recovers_fully() {
+    let options = EnvOptions {
+        emulator: EmulatorOptions {
+            request_log_limit: 100_000,
+            request_body_limit: 512,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let env = Env::start_with("scale", &[], options).await;
+    let pools: Vec<NodePoolSpec> = (0..SLICES)
+        .map(|p| NodePoolSpec::new(&env.pool(&format!("p{p:02}")), V6E, "8x8"))
+        .collect();
+    env.add_pools(&pools).await;
+    assert_eq!(env.own_nodes().await.len(), PODS);
+
+    let mut tc = env.train_cluster(NAME, Membership::Multislice, SLICES, SLICES);
+    tc.spec.worker_groups[0] =
+        slice_core::testing::tpu_group("workers", V6E, "8x8", 4, SLICES, SLICES);
+    let started = Instant::now();
+    env.create(&tc).await;
+    let (tc, pods) = wait_complete(&env, None, Duration::from_secs(120)).await;
+    let up = started.elapsed();
+    let status = tc.status.unwrap();
+    assert_eq!((status.restarts, status.preemptions), (0, 0));
+    let old_epoch = label(&pods[0], LABEL_EPOCH);
+    let replicas: BTreeSet<String> = pods.iter().map(|p| label(p, LABEL_REPLICA_INDEX)).collect();
+    assert_eq!(replicas.len(), SLICES as usize);
+    // One slice per replica, every host of it.
+    let slices: BTreeSet<String> = pods.iter().map(|p| label(p, LABEL_SLICE)).collect();
+    assert_eq!(slices.len(), SLICES as usize);
+
+    // One host of one slice fails: the multislice job restarts as a whole.
+    let mark = env.emulator.as_ref().unwrap().requests().mark();
+    let failed_at = Instant::now();
+    slice_sim::fail_pod(&env.client, &env.namespace, "big-workers-37-11", 1)
+        .await
+        .unwrap();
+    let (tc, pods) = wait_complete(&env, Some(&old_epoch), Duration::from_secs(120)).await;
+    let recovered = failed_at.elapsed();
+    let status = tc.status.unwrap();
+    assert_eq!(status.restarts, 1, "exactly one restart counted");
+    assert_eq!(status.preemptions, 0);
+    assert_eq!(status.groups.len(), 1);
+    assert_eq!(status.groups[0].restarts, 1);
+    let new_epoch = label(&pods[0], LABEL_EPOCH);
+    assert_ne!(new_epoch, old_epoch);
+    assert_eq!(status.groups[0].epoch.to_string(), new_epoch);
+    assert_eq!(epochs(&pods), BTreeMap::from([(new_epoch.clone(), PODS)]));
+    for pod in &pods {
+        assert_eq!(
+            harness::env_var(pod, ENV_MEGASCALE_NUM_SLICES).as_deref(),
+            Some("64")
+        );
+    }
+    // Each of the 1,024 old pods was deleted once and each new one created once.
+    let requests = env.emulator.as_ref().unwrap().requests().since(mark);
+    let pod_path = format!("/api/v1/namespaces/{}/pods", env.namespace);
+    let creates = requests
+        .iter()
+        .filter(|r| r.method == "POST" && r.path == pod_path && r.status < 300)
+        .count();
+    assert_eq!(creates, PODS, "one create per new pod");
+    let deleted: BTreeSet<&str> = requests
+        .iter()
+        .filter(|r| r.method == "DELETE" && r.path.starts_with(&format!("{pod_path}/big-workers-")))
+        .map(|r| r.path.as_str())
+        .collect();
+    assert_eq!(deleted.len(), PODS, "every old pod deleted");
+
+    println!(
+        "multislice scale: {PODS} pods Running in {:.1} s; recovered from one failed pod in {:.1} s",
+        up.as_secs_f64(),
+        recovered.as_secs_f64()
+    );
+    env.stop().await;
+}
