@@ -299,8 +299,11 @@ impl Drop for Env {
 async fn start_operator(emulator: &Emulator, i: usize, options: &EnvOptions) -> OperatorHandle {
     let mut config = chart_config();
     config.leader_election = options.leader_election;
-    config.lease_duration_seconds = 2;
-    config.identity = Some(format!("operator-{i}"));
+    // Each start is a new process with a new name, as a new pod of the Deployment is: a
+    // restarted leader cannot take its old lease back before it expires.
+    static STARTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let start = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    config.identity = Some(format!("operator-{i}-{start}"));
     let mut kube_config = emulator.config();
     if let Some(timeout) = options.read_timeout {
         kube_config.read_timeout = Some(timeout);
