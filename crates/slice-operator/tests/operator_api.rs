@@ -437,3 +437,42 @@ async fn health_readiness_and_metrics_endpoints_report_the_clusters() {
     .await;
     env.stop().await;
 }
+
+/// A pod watch that stops delivering without closing (a wedged connection): the operator's
+/// own deletes never show up in its cache, so within the expectation timeout `/readyz` fails,
+/// nothing more is planned from that cache, and the watch is listed again, after which the
+/// cluster converges and `/readyz` recovers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_pod_watch_fails_readyz_and_is_listed_again() {
+    let env = env("stall", 2, EnvOptions::default()).await;
+    env.create(&env.train_cluster("wedged", Membership::Independent, 1, 2))
+        .await;
+    env.wait_running("wedged", 2, 4).await;
+    let addr = env.operators[0].metrics_addr;
+    assert_eq!(http_get(addr, "/readyz").await.0, 200);
+
+    env.emulator.as_ref().unwrap().stall_watches("pods", true);
+    let patch = json!([{"op": "replace", "path": "/spec/workerGroups/0/slices/max", "value": 1}]);
+    env.tcs()
+        .patch(
+            "wedged",
+            &PatchParams::default(),
+            &Patch::<()>::Json(serde_json::from_value(patch).unwrap()),
+        )
+        .await
+        .unwrap();
+    env.wait_for("/readyz fails", Duration::from_secs(40), || async {
+        (http_get(addr, "/readyz").await.0 == 503).then_some(())
+    })
+    .await;
+    // The operator has listed again (a new watch, which the stall does not hold). The fake
+    // kubelet's pod watch was caught by the same stall: free it so the deletes complete.
+    env.emulator.as_ref().unwrap().stall_watches("pods", false);
+    env.wait_for("/readyz recovers", Duration::from_secs(40), || async {
+        (http_get(addr, "/readyz").await.0 == 200).then_some(())
+    })
+    .await;
+    env.wait_running("wedged", 1, 4).await;
+    assert_whole_groups(&env, "wedged", 1).await;
+    env.stop().await;
+}
