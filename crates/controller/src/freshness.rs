@@ -131,13 +131,23 @@ impl Outstanding {
             // A fresh list is authoritative: whatever it lacks is not coming.
             self.clear_pods();
         }
-        self.created
-            .retain(|name, _| !pods.iter().any(|p| p.metadata.name.as_ref() == Some(name)));
-        self.deleted.retain(|uid| {
-            pods.iter().any(|p| {
-                p.metadata.uid.as_ref() == Some(uid) && p.metadata.deletion_timestamp.is_none()
-            })
-        });
+        if !self.created.is_empty() {
+            let names: HashSet<&str> = pods
+                .iter()
+                .filter_map(|p| p.metadata.name.as_deref())
+                .collect();
+            self.created
+                .retain(|name, _| !names.contains(name.as_str()));
+        }
+        if !self.deleted.is_empty() {
+            // Still there and not Terminating: our delete is not shown yet.
+            let live: HashSet<&str> = pods
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .filter_map(|p| p.metadata.uid.as_deref())
+                .collect();
+            self.deleted.retain(|uid| live.contains(uid.as_str()));
+        }
         if self.created.is_empty() && self.deleted.is_empty() {
             self.clear_pods();
             return Freshness::Fresh;
