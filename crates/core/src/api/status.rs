@@ -82,10 +82,11 @@ pub struct GroupStatus {
     /// No replacement is created before this time (restart backoff).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff_until: Option<String>,
-    /// Incarnations whose failure is already counted, while their pods remain: a crash or
-    /// failover between counting and deleting does not count the same failure twice.
+    /// Incarnations the operator has decided to delete (and counted, if their loss was a
+    /// failure), while their pods remain: a crash, failover or failed call between deciding
+    /// and deleting neither counts them again nor takes the leftovers for a new disruption.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub charged_incarnations: Vec<u64>,
+    pub retiring_incarnations: Vec<u64>,
 }
 
 /// A standard Kubernetes condition.

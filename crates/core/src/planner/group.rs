@@ -32,7 +32,7 @@ impl<'a> Planner<'a> {
 
         // Observe and judge: what runs, what must go, what broke and what that costs.
         let observed = self.observe_group(group, pods, grace, &mut memory);
-        let (mut kept, tally) = self.judge_group(name, &observed, &mut memory, multislice);
+        let (mut kept, tally) = self.judge_group(name, &observed, &memory, multislice);
         self.release_stuck(name, &observed, group.shape.is_some(), grace);
         let exhausted = self.charge_budget(name, &tally, &mut memory);
         let failed = sticky_failed || exhausted.is_some();
@@ -46,6 +46,7 @@ impl<'a> Planner<'a> {
         // Retire what the size has no room for, as whole groups.
         let retirement = retire::decide(multislice, &sizing, &tally, &kept, observed.is_empty());
         self.retire(name, &mut kept, retirement, &mut memory.epoch);
+        memory.retiring_incarnations = retiring(&observed, &kept);
 
         // Place: create the missing groups, unless backing off or failed.
         // Replicas observed but not kept are leaving: deleted now, or already draining.
@@ -122,6 +123,22 @@ impl<'a> Planner<'a> {
             }
         }
     }
+}
+
+/// Incarnations observed but not kept: being deleted (this round or before), or draining.
+/// Recorded with the status, before any delete is sent.
+fn retiring(
+    observed: &BTreeMap<u32, ObservedReplica<'_>>,
+    kept: &[&ObservedReplica<'_>],
+) -> Vec<u64> {
+    let mut retiring: Vec<u64> = observed
+        .values()
+        .filter(|r| kept.iter().all(|k| k.replica != r.replica))
+        .map(|r| r.incarnation)
+        .collect();
+    retiring.sort_unstable();
+    retiring.dedup();
+    retiring
 }
 
 /// Slices available to the group, counted up to `slices.max`: beyond it, slices other

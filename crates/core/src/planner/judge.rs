@@ -31,24 +31,21 @@ pub(super) struct Judgement<'r, 'a> {
     /// When the earliest settling replica must be looked at again.
     pub settle_until: Option<Timestamp>,
     pub tally: Tally,
-    /// Incarnations still observed whose failure is counted (this round or before).
-    pub charged: Vec<u64>,
 }
 
 /// Keep, wait for, or delete each replica of a group whose current epoch is `epoch`.
-/// A broken replica whose incarnation is in `charged` was counted before (its deletes did
-/// not happen yet): it is deleted again but not counted again.
+/// A broken replica whose incarnation is `retiring` was judged before (its deletes did not
+/// all happen yet): it is deleted again but counts for nothing.
 pub(super) fn judge_replicas<'r, 'a>(
     observed: &'r BTreeMap<u32, ObservedReplica<'a>>,
     epoch: u64,
     multislice: bool,
-    charged: &[u64],
+    retiring: &[u64],
 ) -> Judgement<'r, 'a> {
     let mut kept = Vec::new();
     let mut doomed = Vec::new();
     let mut settle_until: Option<Timestamp> = None;
     let mut tally = Tally::default();
-    let mut now_charged = Vec::new();
     for replica in observed.values() {
         // A multislice job's members must all be of its current epoch to talk to each other.
         let stale = multislice && replica.epoch != Some(epoch);
@@ -63,17 +60,14 @@ pub(super) fn judge_replicas<'r, 'a>(
                 kept.push(replica);
             }
             Verdict::Broken(reason) => {
-                let counted_before = charged.contains(&replica.incarnation);
+                let judged_before = retiring.contains(&replica.incarnation);
                 match reason.kind() {
-                    _ if counted_before => {}
+                    _ if judged_before => {}
                     DisruptionKind::Failure => tally.failures += 1,
                     DisruptionKind::Preemption => tally.preemptions += 1,
                     DisruptionKind::Maintenance => {}
                 }
-                if counted_before || reason.kind() != DisruptionKind::Maintenance {
-                    now_charged.push(replica.incarnation);
-                }
-                tally.broken_current_epoch |= replica.epoch == Some(epoch);
+                tally.broken_current_epoch |= replica.epoch == Some(epoch) && !judged_before;
                 doomed.push((replica, reason.clone()));
             }
             Verdict::Healthy => kept.push(replica),
@@ -84,35 +78,30 @@ pub(super) fn judge_replicas<'r, 'a>(
         tally.failures = tally.failures.min(1);
         tally.preemptions = tally.preemptions.min(1);
     }
-    now_charged.sort_unstable();
-    now_charged.dedup();
     Judgement {
         kept,
         doomed,
         settle_until,
         tally,
-        charged: now_charged,
     }
 }
 
 impl<'a> Planner<'a> {
     /// Judge the group's replicas and delete the doomed ones whole, each with its own event.
-    /// Returns the replicas kept and what broke (newly); `memory` learns which incarnations
-    /// are counted.
+    /// Returns the replicas kept and what broke (newly).
     pub(super) fn judge_group<'r>(
         &mut self,
         name: &str,
         observed: &'r BTreeMap<u32, ObservedReplica<'a>>,
-        memory: &mut GroupStatus,
+        memory: &GroupStatus,
         multislice: bool,
     ) -> (Vec<&'r ObservedReplica<'a>>, Tally) {
         let judgement = judge_replicas(
             observed,
             memory.epoch,
             multislice,
-            &memory.charged_incarnations,
+            &memory.retiring_incarnations,
         );
-        memory.charged_incarnations = judgement.charged;
         if let Some(until) = judgement.settle_until {
             self.wake_at(until);
         }
@@ -236,7 +225,7 @@ mod tests {
     }
 
     #[test]
-    fn a_break_counted_before_is_deleted_again_but_not_counted_again() {
+    fn a_break_judged_before_is_deleted_again_but_counts_for_nothing() {
         let with_incarnation = |r: ObservedReplica<'static>, i| ObservedReplica {
             incarnation: i,
             ..r
@@ -245,20 +234,14 @@ mod tests {
             with_incarnation(replica(0, Some(1), failed("p0")), 10),
             with_incarnation(replica(1, Some(1), lost("p1")), 11),
             with_incarnation(replica(2, Some(1), Verdict::Healthy), 12),
-            with_incarnation(
-                replica(3, Some(1), Verdict::Broken(DeleteReason::MixedEpochs)),
-                13,
-            ),
         ]);
-        // 10 was counted; 9 was counted but its pods are gone.
-        let judged = judge_replicas(&observed, 1, false, &[9, 10]);
-        assert_eq!(judged.doomed.len(), 3, "deleted again all the same");
+        // 10 was judged (and counted) before; its pods are still there.
+        let judged = judge_replicas(&observed, 1, true, &[9, 10]);
+        assert_eq!(judged.doomed.len(), 2, "deleted again all the same");
         assert_eq!((judged.tally.failures, judged.tally.preemptions), (0, 1));
-        assert_eq!(
-            judged.charged,
-            [10, 11],
-            "kept while its pods remain; maintenance is never charged"
-        );
+        assert!(judged.tally.broken_current_epoch, "11 is news");
+        let only_old = judge_replicas(&observed, 1, true, &[10, 11]);
+        assert_eq!(only_old.tally, Tally::default(), "nothing new broke");
     }
 
     #[test]

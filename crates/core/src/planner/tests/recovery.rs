@@ -176,3 +176,58 @@ fn pods_stuck_terminating_on_an_unreachable_node_are_force_deleted_and_only_thos
     assert_eq!(plan.delete.len(), 1);
     assert_eq!(names_of(&plan.delete[0]), on_pool_1);
 }
+
+#[test]
+fn a_delete_cut_short_is_finished_without_counting_a_disruption() {
+    // The operator decided to delete (a new epoch, a scale-down) and was killed after some
+    // of a group's pods were deleted: the leftovers are its own unfinished work.
+    for membership in [Membership::Multislice, Membership::Independent] {
+        let mut world = World::new(train_cluster(membership, 1, 3), v6e_pools(3));
+        world.settle(5);
+        let plan = match membership {
+            Membership::Multislice => {
+                fail_pod(world.pod_mut("demo-workers-1-0"));
+                world.plan()
+            }
+            Membership::Independent => {
+                world.cluster.spec.worker_groups[0].slices.max = 2;
+                world.plan()
+            }
+        };
+        let counted = (plan.status.restarts, plan.status.preemptions);
+        write_status_only(&mut world, &plan);
+        // Half of one group's deletes happened.
+        let retired = plan
+            .delete
+            .iter()
+            .find(|d| d.reason.code() != "MemberFailed")
+            .unwrap();
+        let half: Vec<String> = retired
+            .pods
+            .iter()
+            .take(2)
+            .map(|p| p.name.clone())
+            .collect();
+        mark_terminating(&mut world, &half);
+        world.now += secs(1);
+        let again = world.plan();
+        assert_eq!(
+            (again.status.restarts, again.status.preemptions),
+            counted,
+            "{membership:?}: finishing our own delete is no disruption"
+        );
+        let rest: BTreeSet<String> = retired
+            .pods
+            .iter()
+            .skip(2)
+            .map(|p| p.name.clone())
+            .collect();
+        let deleting: BTreeSet<String> = again
+            .delete
+            .iter()
+            .filter(|d| d.replica == retired.replica)
+            .flat_map(|d| d.pods.iter().map(|p| p.name.clone()))
+            .collect();
+        assert_eq!(deleting, rest, "{membership:?}: the rest of the group goes");
+    }
+}
