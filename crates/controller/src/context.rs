@@ -2,7 +2,7 @@
 //! bridges the gap between our own writes and the watch caches catching up with them.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
@@ -23,8 +23,10 @@ pub struct Context {
     pub recorder: Recorder,
     /// The Pod and Node caches; set once this replica leads (a standby watches nothing).
     caches: OnceLock<Caches>,
-    /// Set when a cache stopped showing our own writes; cleared when it has listed again.
-    pub stale: AtomicBool,
+    /// The pod cache's relist count when it was found to have stopped showing our writes
+    /// (`u64::MAX`: it has not). Until it has listed again, nothing is planned from it, by
+    /// any cluster.
+    stalled_at: AtomicU64,
     /// True while this replica reconciles (always, without leader election).
     pub leader: AtomicBool,
     /// Held while building the inventory, planning, and recording the creates planned, so
@@ -74,7 +76,7 @@ impl Context {
             metrics: Metrics::default(),
             recorder,
             caches: OnceLock::new(),
-            stale: AtomicBool::new(false),
+            stalled_at: AtomicU64::new(u64::MAX),
             leader: AtomicBool::new(false),
             planning: Mutex::new(Planning::default()),
             memory: Mutex::new(HashMap::new()),
@@ -107,7 +109,28 @@ impl Context {
         if !self.leader.load(Ordering::Relaxed) {
             return true;
         }
-        self.synced() && !self.stale.load(Ordering::Relaxed)
+        self.synced() && !self.stalled()
+    }
+
+    /// The pod cache, as of `relists` completed lists, stopped showing our writes.
+    pub fn declare_stalled(&self, relists: u64) {
+        self.stalled_at.store(relists, Ordering::Release);
+    }
+
+    /// True while the pod cache is known to have stopped delivering and has not listed
+    /// since.
+    pub fn stalled(&self) -> bool {
+        let at = self.stalled_at.load(Ordering::Acquire);
+        if at == u64::MAX {
+            return false;
+        }
+        let relisted = self.caches.get().is_some_and(|c| c.pods.relists() > at);
+        if relisted {
+            let _ =
+                self.stalled_at
+                    .compare_exchange(at, u64::MAX, Ordering::AcqRel, Ordering::Relaxed);
+        }
+        !relisted
     }
 
     pub fn with_memory<T>(&self, uid: &str, f: impl FnOnce(&mut ClusterMemory) -> T) -> T {

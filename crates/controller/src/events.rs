@@ -72,7 +72,8 @@ pub async fn publish(ctx: &Context, tc: &TrainCluster, events: &[PlannedEvent]) 
             action: event.reason.to_string(),
             secondary: None,
         };
-        if let Err(e) = ctx.recorder.publish(&kube_event, &reference).await {
+        let published = super::apply::bounded(ctx.recorder.publish(&kube_event, &reference));
+        if let Err(e) = published.await {
             tracing::debug!(error = %e, reason = event.reason, "could not publish event");
         }
     }

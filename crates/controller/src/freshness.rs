@@ -41,7 +41,10 @@ pub enum Freshness {
 pub struct Outstanding {
     /// Pod name -> the slice it was placed on, if pinned.
     created: HashMap<String, Option<String>>,
+    /// Deleted gracefully: shown once Terminating (or gone).
     deleted: HashSet<String>,
+    /// Deleted with grace period 0 (already Terminating before): shown once gone.
+    removed: HashSet<String>,
     deadline: Option<Instant>,
     /// The pod cache's relist count when the pod expectations were made.
     relists: u64,
@@ -72,16 +75,23 @@ impl Outstanding {
         }
     }
 
-    /// Pods (by uid) whose deletion the server accepted.
+    /// Pods (by uid) whose deletion the server accepted; `force`: with grace period 0, so
+    /// the cache shows it when they are gone (they were Terminating already).
     pub fn expect_deleted(
         &mut self,
         uids: impl IntoIterator<Item = String>,
+        force: bool,
         relists: u64,
         now: Instant,
     ) {
-        let before = self.deleted.len();
-        self.deleted.extend(uids);
-        if self.deleted.len() != before {
+        let set = if force {
+            &mut self.removed
+        } else {
+            &mut self.deleted
+        };
+        let before = set.len();
+        set.extend(uids);
+        if set.len() != before {
             self.arm(relists, now);
         }
     }
@@ -148,7 +158,14 @@ impl Outstanding {
                 .collect();
             self.deleted.retain(|uid| live.contains(uid.as_str()));
         }
-        if self.created.is_empty() && self.deleted.is_empty() {
+        if !self.removed.is_empty() {
+            let present: HashSet<&str> = pods
+                .iter()
+                .filter_map(|p| p.metadata.uid.as_deref())
+                .collect();
+            self.removed.retain(|uid| present.contains(uid.as_str()));
+        }
+        if self.created.is_empty() && self.deleted.is_empty() && self.removed.is_empty() {
             self.clear_pods();
             return Freshness::Fresh;
         }
@@ -162,6 +179,7 @@ impl Outstanding {
     pub fn clear_pods(&mut self) {
         self.created.clear();
         self.deleted.clear();
+        self.removed.clear();
         self.deadline = None;
     }
 

@@ -2,7 +2,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use axum::Router;
 use axum::extract::State;
@@ -29,7 +28,7 @@ async fn healthz() -> &'static str {
 async fn readyz(State(ctx): State<Arc<Context>>) -> (StatusCode, &'static str) {
     if ctx.ready() {
         (StatusCode::OK, "ok")
-    } else if ctx.stale.load(Ordering::Relaxed) {
+    } else if ctx.stalled() {
         (
             StatusCode::SERVICE_UNAVAILABLE,
             "a cache stopped showing the operator's writes",

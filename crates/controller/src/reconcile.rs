@@ -1,7 +1,6 @@
 //! One reconcile: observe (caches), plan (pure), apply (executor).
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -112,7 +111,7 @@ async fn publish_malformed_event(ctx: &Context, invalid: &InvalidObject, message
         action: "Validate".into(),
         secondary: None,
     };
-    if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+    if let Err(e) = apply::bounded(ctx.recorder.publish(&event, &reference)).await {
         tracing::debug!(error = %e, "could not publish event");
     }
 }
@@ -187,8 +186,9 @@ async fn reconcile_inner(tc: &TrainCluster, ctx: &Context, namespace: &str) -> R
         .filter(|p| p.label(LABEL_CLUSTER) == Some(name.as_str()))
         .collect();
 
-    // Unknown is not lost: no plan from caches that have not (re)listed.
-    if !ctx.synced() {
+    // Unknown is not lost: no plan from caches that have not (re)listed, or that stopped
+    // delivering and have not listed since.
+    if !ctx.synced() || ctx.stalled() {
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
     // Until the caches show our last writes, a plan would be made from stale observations.
@@ -197,12 +197,12 @@ async fn reconcile_inner(tc: &TrainCluster, ctx: &Context, namespace: &str) -> R
         m.outstanding.check(&pods, relists, Instant::now())
     });
     match freshness {
-        Freshness::Fresh => ctx.stale.store(false, Ordering::Relaxed),
+        Freshness::Fresh => {}
         Freshness::Catching => return Ok(Action::requeue(Duration::from_millis(500))),
         Freshness::Stalled => {
             // The pod watch stopped delivering: never plan from it; list again.
             warn!(timeout = ?EXPECTATION_TIMEOUT, "the pod cache has not shown our writes; relisting");
-            ctx.stale.store(true, Ordering::Relaxed);
+            ctx.declare_stalled(relists);
             ctx.with_memory(&uid, |m| m.outstanding.clear_pods());
             ctx.caches().pods.relist();
             return Ok(Action::requeue(Duration::from_secs(1)));
@@ -344,7 +344,8 @@ async fn apply_pods(
             })
             .inc();
         ctx.with_memory(&uid, |m| {
-            m.outstanding.expect_deleted(uids, relists, Instant::now())
+            m.outstanding
+                .expect_deleted(uids, delete.reason.force(), relists, Instant::now())
         });
     }
     for create in &plan.create {

@@ -45,7 +45,7 @@ fn created_pods_hold_their_slices_until_the_cache_shows_them() {
 fn deleted_pods_are_expected_gone_or_terminating() {
     let start = Instant::now();
     let mut out = Outstanding::default();
-    out.expect_deleted(["u1".to_string(), "u2".to_string()], 0, start);
+    out.expect_deleted(["u1".to_string(), "u2".to_string()], false, 0, start);
     let still = [pod("a-0", "u1"), pod("a-1", "u2")];
     assert_eq!(out.check(&still, 0, start), Freshness::Catching);
     let going = [terminating("a-0", "u1"), pod("a-1", "other-uid")];
@@ -100,4 +100,17 @@ fn our_status_is_the_memory_until_the_cache_shows_it() {
     assert!(out.needs_status_read());
     out.wrote_status(new.clone());
     assert!(!out.needs_status_read());
+}
+
+#[test]
+fn a_forced_delete_is_shown_only_when_the_pod_is_gone() {
+    // It was Terminating before; only its absence says the forced delete happened.
+    let start = Instant::now();
+    let mut out = Outstanding::default();
+    out.expect_deleted(["u1".to_string()], true, 0, start);
+    assert_eq!(
+        out.check(&[terminating("a-0", "u1")], 0, start),
+        Freshness::Catching
+    );
+    assert_eq!(out.check(&[], 0, start), Freshness::Fresh);
 }
