@@ -190,8 +190,9 @@ where
         watcher::Config::default().labels(NODE_LABEL_ACCELERATOR),
         watches::same_node,
     );
-    let (pod_changes, pod_relists) = (pods.changes, pods.relisted);
+    let (pod_changes, pod_relists, pods_gone) = (pods.changes, pods.relisted, pods.deleted);
     let (node_changes, node_relists) = (nodes.changes, nodes.relisted);
+    drop(nodes.deleted); // node deletions already reach every cluster of their shape
     let _watch_tasks = AbortOnDrop(vec![pods.task, nodes.task]);
     ctx.set_caches(pods.cache, nodes.cache);
 
@@ -218,6 +219,18 @@ where
         ctx.clone(),
         trainclusters.clone(),
     ))]);
+    let freed_to_clusters = {
+        let (trainclusters, nodes) = (trainclusters.clone(), ctx.caches().nodes.store.clone());
+        move |pod: Arc<LeanPod>| {
+            // A pod gone frees its node's slice for every cluster of that shape.
+            let node = pod
+                .node_name
+                .as_deref()
+                .and_then(|n| nodes.get(&ObjectRef::new(n)));
+            node.map(|node| clusters_of_shape(&trainclusters, &node))
+                .unwrap_or_default()
+        }
+    };
     let node_to_clusters = move |node: Arc<LeanNode>| clusters_of_shape(&trainclusters, &node);
     let relists = futures::stream::select(pod_relists, node_relists);
     let controller = controller
@@ -227,6 +240,7 @@ where
             watcher::Config::default().labels(LABEL_CLUSTER),
         )
         .watches_shared_stream(node_changes, node_to_clusters)
+        .watches_shared_stream(pods_gone, freed_to_clusters)
         .reconcile_all_on(relists)
         .graceful_shutdown_on(stopped())
         .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())

@@ -61,6 +61,9 @@ pub struct Watch<K: Resource<DynamicType = ()> + 'static> {
     pub cache: Cache<K>,
     /// Changed objects, to be mapped to the TrainClusters they concern.
     pub changes: mpsc::UnboundedReceiver<Arc<K>>,
+    /// Deleted objects (also in `changes`): what they held is free for others now. Drop the
+    /// receiver if nobody needs it.
+    pub deleted: mpsc::UnboundedReceiver<Arc<K>>,
     /// One item per completed (re)list: every TrainCluster may be concerned.
     pub relisted: mpsc::UnboundedReceiver<()>,
     pub task: tokio::task::JoinHandle<()>,
@@ -82,6 +85,7 @@ where
     let synced = Arc::new(AtomicBool::new(false));
     let relist = Arc::new(Notify::new());
     let (change_tx, changes) = mpsc::unbounded();
+    let (deleted_tx, deleted) = mpsc::unbounded();
     let (relist_tx, relisted) = mpsc::unbounded();
     let state = WatchState {
         writer,
@@ -90,6 +94,7 @@ where
         relists: relists.clone(),
         synced: synced.clone(),
         change_tx,
+        deleted_tx,
         relist_tx,
         same_for_planner,
     };
@@ -103,6 +108,7 @@ where
             relist,
         },
         changes,
+        deleted,
         relisted,
         task,
     }
@@ -115,6 +121,7 @@ struct WatchState<K: Resource<DynamicType = ()> + Clone + 'static> {
     relists: Arc<AtomicU64>,
     synced: Arc<AtomicBool>,
     change_tx: mpsc::UnboundedSender<Arc<K>>,
+    deleted_tx: mpsc::UnboundedSender<Arc<K>>,
     relist_tx: mpsc::UnboundedSender<()>,
     same_for_planner: fn(&K, &K) -> bool,
 }
@@ -177,7 +184,11 @@ where
             let _ = self.relist_tx.unbounded_send(());
         }
         if let Some(obj) = changed {
-            let _ = self.change_tx.unbounded_send(Arc::new(obj));
+            let obj = Arc::new(obj);
+            if matches!(event, watcher::Event::Delete(_)) {
+                let _ = self.deleted_tx.unbounded_send(obj.clone());
+            }
+            let _ = self.change_tx.unbounded_send(obj);
         }
     }
 }

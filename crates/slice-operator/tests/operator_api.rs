@@ -476,3 +476,27 @@ async fn a_stalled_pod_watch_fails_readyz_and_is_listed_again() {
     assert_whole_groups(&env, "wedged", 1).await;
     env.stop().await;
 }
+
+/// A cluster waiting for slices starts as soon as another cluster's pods leave the slice it
+/// needs: the freed slice is news to it, not something it finds at the next resync.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_cluster_starts_when_another_cluster_frees_its_slice() {
+    let env = env("freed", 1, EnvOptions::default()).await;
+    env.create(&env.train_cluster("first", Membership::Independent, 1, 1))
+        .await;
+    env.wait_running("first", 1, 4).await;
+    env.create(&env.train_cluster("second", Membership::Independent, 1, 1))
+        .await;
+    env.wait_phase("second", Phase::WaitingForSlices).await;
+    env.tcs()
+        .delete("first", &Default::default())
+        .await
+        .unwrap();
+    // Well inside the chart's 300 s resync.
+    env.wait_for("second Running", Duration::from_secs(30), || async {
+        let tc = env.tcs().get("second").await.ok()?;
+        (tc.status?.phase == Phase::Running).then_some(())
+    })
+    .await;
+    env.stop().await;
+}
