@@ -1,10 +1,12 @@
 //! Leader election through a `coordination.k8s.io/v1` Lease, so several replicas can run and
 //! only one writes. Losing the lease stops the operator (its replica restarts as a standby).
 //!
-//! Never two leaders acting: the leader steps down when it has not renewed within the renew
-//! deadline (2/3 of the lease), every lease call is bounded by a timeout, so it has stopped
-//! before anyone else may take the lease (a full lease duration after its last renewal).
-//! On shutdown the lease is released before the process exits, for a fast handover.
+//! Never two leaders acting: the leader steps down when the renew deadline (2/3 of the lease)
+//! passes since the start of its last successful renewal, even with a call still in flight.
+//! A standby takes the lease only a full lease duration after it *observed* the last change
+//! of the lease record, by its own monotonic clock (as client-go does), so the holder's clock
+//! (the renewTime it wrote) never shortens the wait. On shutdown the lease is released before
+//! the process exits, for a fast handover.
 
 use std::time::Duration;
 
@@ -27,7 +29,12 @@ pub struct LeaderElector {
     name: String,
     identity: String,
     duration: SignedDuration,
+    /// The lease record (holder, renewTime) last seen, and when this replica first saw it.
+    observed: std::sync::Mutex<Option<(Observed, tokio::time::Instant)>>,
 }
+
+/// What identifies one renewal of a lease.
+type Observed = (Option<String>, Option<MicroTime>);
 
 impl LeaderElector {
     pub fn new(
@@ -42,6 +49,7 @@ impl LeaderElector {
             name: name.into(),
             identity: identity.into(),
             duration: SignedDuration::from_secs(duration_seconds.into()),
+            observed: std::sync::Mutex::new(None),
         }
     }
 
@@ -104,10 +112,8 @@ impl LeaderElector {
         let duration = spec
             .lease_duration_seconds
             .map_or(self.duration, |s| SignedDuration::from_secs(s.into()));
-        let expired = spec
-            .renew_time
-            .as_ref()
-            .is_none_or(|t| t.0.saturating_add(duration).is_ok_and(|end| end <= now));
+        let expired =
+            spec.holder_identity.is_none() || self.expired_since_observed(&spec, duration);
         if !(ours || holder.is_empty() || expired) {
             return Ok(false);
         }
@@ -124,6 +130,23 @@ impl LeaderElector {
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// True once a full `duration` has passed on our own clock since we first saw this very
+    /// record: the holder has not renewed since.
+    fn expired_since_observed(&self, spec: &LeaseSpec, duration: SignedDuration) -> bool {
+        let record = (spec.holder_identity.clone(), spec.renew_time.clone());
+        let now = tokio::time::Instant::now();
+        let mut observed = self.observed.lock().expect("lease observation lock");
+        let seen = match &*observed {
+            Some((last, at)) if *last == record => *at,
+            _ => {
+                *observed = Some((record, now));
+                now
+            }
+        };
+        let duration = Duration::try_from(duration).unwrap_or(Duration::from_secs(15));
+        now.duration_since(seen) >= duration
     }
 
     fn spec(&self, acquired: Timestamp, renewed: Timestamp, transitions: i32) -> LeaseSpec {
@@ -156,18 +179,28 @@ impl LeaderElector {
         let elector = std::sync::Arc::new(self);
         let renewer = elector.clone();
         let task = tokio::spawn(async move {
-            let mut last_renewal = tokio::time::Instant::now();
+            // The start of the last successful renewal: the renewTime it wrote is no later.
+            let mut renewed_at = tokio::time::Instant::now();
             loop {
+                let deadline = renewed_at + renewer.renew_deadline();
                 tokio::select! {
                     _ = tokio::time::sleep(renewer.renew_every()) => {}
                     _ = &mut stop_rx => return,
                 }
-                match renewer.try_acquire_or_renew().await {
-                    Ok(true) => last_renewal = tokio::time::Instant::now(),
-                    Ok(false) => break,
-                    Err(e) => tracing::warn!(error = %e, "lease renewal failed"),
+                let attempt = tokio::time::Instant::now();
+                tokio::select! {
+                    result = renewer.try_acquire_or_renew() => match result {
+                        Ok(true) => {
+                            renewed_at = attempt;
+                            continue;
+                        }
+                        Ok(false) => break,
+                        Err(e) => tracing::warn!(error = %e, "lease renewal failed"),
+                    },
+                    // Never past the deadline, whatever a call in flight is doing.
+                    _ = tokio::time::sleep_until(deadline) => {}
                 }
-                if last_renewal.elapsed() >= renewer.renew_deadline() {
+                if tokio::time::Instant::now() >= deadline {
                     tracing::error!(deadline = ?renewer.renew_deadline(), "could not renew the leader lease in time; stepping down");
                     break;
                 }
@@ -256,5 +289,109 @@ pub async fn lost(lease: &mut Option<HeldLease>) -> Error {
     match lease {
         Some(lease) => lease.lost().await,
         None => futures::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use http::{Request, Response};
+    use kube::client::Body;
+    use serde_json::json;
+
+    use super::*;
+
+    type Respond = tower_test::mock::SendResponse<Response<Body>>;
+
+    fn lease(holder: &str, renewed: &str) -> serde_json::Value {
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+               "metadata": {"name": "lead", "namespace": "ns", "resourceVersion": "1"},
+               "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15,
+                        "renewTime": renewed, "acquireTime": renewed, "leaseTransitions": 0}})
+    }
+
+    fn reply(respond: Respond, body: serde_json::Value) {
+        let response = Response::builder()
+            .status(200)
+            .header("content-type", "application/json")
+            .body(Body::from(serde_json::to_vec(&body).unwrap()))
+            .unwrap();
+        respond.send_response(response);
+    }
+
+    /// A lease API: every GET returns `current`; a PUT is answered (and recorded) only while
+    /// `answer_writes` is set, otherwise it hangs, as a stalled API server does.
+    fn api(
+        current: serde_json::Value,
+        answer_writes: Arc<Mutex<bool>>,
+    ) -> (Client, Arc<Mutex<u32>>) {
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let writes = Arc::new(Mutex::new(0));
+        let counted = writes.clone();
+        tokio::spawn(async move {
+            let mut hung: Vec<Respond> = Vec::new();
+            while let Some((request, respond)) = handle.next_request().await {
+                if request.method() == "GET" {
+                    reply(respond, current.clone());
+                } else if *answer_writes.lock().unwrap() {
+                    *counted.lock().unwrap() += 1;
+                    reply(respond, current.clone());
+                } else {
+                    hung.push(respond);
+                }
+            }
+        });
+        (Client::new(service, "ns"), writes)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_whose_renewals_hang_steps_down_by_the_renew_deadline() {
+        let answer = Arc::new(Mutex::new(true));
+        let (client, _) = api(lease("me", "2026-01-01T00:00:00.000000Z"), answer.clone());
+        let elector = LeaderElector::new(client, "ns", "lead", "me", 15);
+        let deadline = elector.renew_deadline();
+        assert!(
+            elector.try_acquire_or_renew().await.unwrap(),
+            "ours: renewed"
+        );
+        let mut held = elector.keep_renewing();
+        // The first renewal (after 3 s) succeeds; from then on every call hangs.
+        tokio::time::sleep(Duration::from_millis(3500)).await;
+        *answer.lock().unwrap() = false;
+        let last_renewal_started = tokio::time::Instant::now() - Duration::from_millis(500);
+        held.lost().await;
+        let stepped_down = tokio::time::Instant::now() - last_renewal_started;
+        assert!(
+            stepped_down <= deadline + Duration::from_millis(100),
+            "stepped down {stepped_down:?} after the last renewal began (deadline {deadline:?})"
+        );
+        assert!(
+            deadline < Duration::from_secs(15),
+            "before any standby may take over"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_standby_waits_a_full_lease_from_its_own_observation_whatever_the_holders_clock() {
+        // The holder's renewTime is an hour old: its clock is behind (or it just died).
+        let (client, writes) = api(
+            lease("other", "2026-01-01T00:00:00.000000Z"),
+            Arc::new(Mutex::new(true)),
+        );
+        let elector = LeaderElector::new(client, "ns", "lead", "me", 15);
+        assert!(
+            !elector.try_acquire_or_renew().await.unwrap(),
+            "first sight"
+        );
+        tokio::time::sleep(Duration::from_secs(14)).await;
+        assert!(!elector.try_acquire_or_renew().await.unwrap(), "14 s later");
+        assert_eq!(*writes.lock().unwrap(), 0);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            elector.try_acquire_or_renew().await.unwrap(),
+            "a full lease later"
+        );
+        assert_eq!(*writes.lock().unwrap(), 1);
     }
 }
