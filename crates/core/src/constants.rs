@@ -34,11 +34,14 @@ pub const APP_NAME: &str = "traincluster";
 pub const NODE_LABEL_ACCELERATOR: &str = "cloud.google.com/gke-tpu-accelerator";
 pub const NODE_LABEL_TOPOLOGY: &str = "cloud.google.com/gke-tpu-topology";
 pub const NODE_LABEL_NODEPOOL: &str = "cloud.google.com/gke-nodepool";
+/// The machine type; GKE TPU machine types end in `-<chips>t` (e.g. `ct6e-standard-4t`).
+pub const NODE_LABEL_INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
 /// The node labels the operator reads; the lean node view keeps only these.
 pub const NODE_LABELS_READ: &[&str] = &[
     NODE_LABEL_ACCELERATOR,
     NODE_LABEL_TOPOLOGY,
     NODE_LABEL_NODEPOOL,
+    NODE_LABEL_INSTANCE_TYPE,
 ];
 pub const TPU_RESOURCE: &str = "google.com/tpu";
 pub const TAINT_IMPENDING_TERMINATION: &str = "cloud.google.com/impending-node-termination";

@@ -391,8 +391,13 @@ fn observe_node(node: &LeanNode, pool_chips: &FastMap<&str, u32>) -> Option<Node
         .unwrap_or_default()
         .to_string();
     let pool = node.label(NODE_LABEL_NODEPOOL);
+    // Chips per host: reported by the device plugin; else what its pool's other nodes
+    // report, else what its machine type says (a whole pool's plugin may be restarting).
     let chips = match node.tpu_chips {
-        0 => pool.and_then(|p| pool_chips.get(p).copied()).unwrap_or(0),
+        0 => pool
+            .and_then(|p| pool_chips.get(p).copied())
+            .or_else(|| machine_type_chips(node))
+            .unwrap_or(0),
         chips => chips,
     };
     let topo_chips = Topology::parse(&topology).map(|t| t.chips()).ok();
@@ -435,6 +440,14 @@ fn observe_node(node: &LeanNode, pool_chips: &FastMap<&str, u32>) -> Option<Node
         single_host,
         label_problem,
     })
+}
+
+/// Chips per host from a GKE TPU machine type such as `ct6e-standard-4t` or
+/// `ct5lp-hightpu-8t`.
+fn machine_type_chips(node: &LeanNode) -> Option<u32> {
+    let machine = node.label(NODE_LABEL_INSTANCE_TYPE)?;
+    let suffix = machine.rsplit('-').next()?.strip_suffix('t')?;
+    suffix.parse().ok().filter(|n| *n > 0)
 }
 
 /// [`node_health`], and a node whose device plugin offers fewer than its `chips` is not

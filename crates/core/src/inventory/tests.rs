@@ -212,3 +212,27 @@ fn a_device_plugin_restart_keeps_the_node_in_its_pool_and_loses_nothing() {
         assert_eq!(inv.node_lost("a-2", at(1000), grace), None);
     }
 }
+
+#[test]
+fn a_whole_pool_without_chips_reported_keeps_its_shape_from_the_machine_type() {
+    // Every device plugin of the pool restarts at once: no node reports chips.
+    let grace = jiff::SignedDuration::from_secs(30);
+    let mut nodes = node_pool("a", "tpu-v6e-slice", "4x4", 4, 4);
+    for node in &mut nodes {
+        set_tpu_chips(node, 0, 0);
+        node.metadata.labels.as_mut().unwrap().insert(
+            NODE_LABEL_INSTANCE_TYPE.to_string(),
+            "ct6e-standard-4t".to_string(),
+        );
+    }
+    let pods: Vec<_> = (0..4)
+        .map(|h| worker_pod("x", 0, &format!("a-{h}")))
+        .collect();
+    let inv = Inventory::build(&arcs(nodes), &pods);
+    let ids: Vec<_> = inv.slices().map(|s| s.id.clone()).collect();
+    assert_eq!(ids, ["a"], "still one pool, one slice");
+    let slice = inv.slice("a").unwrap();
+    assert_eq!((slice.hosts_present(), slice.hosts_expected), (4, 4));
+    assert!(!slice.is_ready());
+    assert_eq!(inv.slice_lost(slice, at(1000), grace), None);
+}

@@ -152,9 +152,13 @@ fn node_keeps_taints_cordon_readiness_and_chips() {
         Some("tpu-v6e-slice")
     );
     assert_eq!(
+        node.label("node.kubernetes.io/instance-type"),
+        Some("ct6e-standard-4t")
+    );
+    assert_eq!(
         node.metadata.labels.as_ref().unwrap().len(),
-        3,
-        "labels the operator never reads are dropped"
+        4,
+        "labels the operator never reads (kubernetes.io/hostname) are dropped"
     );
     assert_eq!(
         node.taint_keys,
