@@ -10,8 +10,11 @@ use super::reason::DeleteReason;
 use crate::constants::*;
 use crate::inventory::Inventory;
 
-/// How long a just-created group may look incomplete before it counts as broken.
-pub const INCOMPLETE_GRACE: SignedDuration = SignedDuration::from_secs(30);
+/// How long a just-created group may look incomplete before it counts as broken. Our own
+/// creates are outstanding until the cache shows them (the controller does not plan before),
+/// so this only covers creates of another process still landing (a deposed leader's
+/// in-flight requests); it bounds how long a half-created group can stand.
+pub const INCOMPLETE_GRACE: SignedDuration = SignedDuration::from_secs(5);
 
 /// What the planner concludes about one observed replica group.
 #[derive(Clone, Debug, PartialEq, Eq)]

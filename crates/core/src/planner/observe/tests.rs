@@ -120,7 +120,7 @@ fn an_incomplete_group_settles_through_its_grace_then_breaks() {
     world
         .pods
         .retain(|p| p.metadata.name.as_deref() != Some("demo-workers-0-3"));
-    world.now = created + SignedDuration::from_secs(10);
+    world.now = created + INCOMPLETE_GRACE - SignedDuration::from_secs(1);
     let settling = Scene::new(world.clone());
     assert_eq!(
         verdict_of(&settling, 0),

@@ -100,15 +100,16 @@ fn a_just_created_group_that_looks_incomplete_settles_before_it_is_deleted() {
     world
         .pods
         .retain(|p| p.metadata.name.as_deref() != Some("demo-workers-1-3"));
-    world.now += secs(5);
+    world.now += secs(2);
     let plan = world.plan();
     assert!(
         plan.delete.is_empty() && plan.create.is_empty(),
         "settling: {plan:?}"
     );
-    assert_eq!(plan.requeue_after, Some(std::time::Duration::from_secs(25)));
+    let rest = observe::INCOMPLETE_GRACE - secs(2);
+    assert_eq!(plan.requeue_after, Some(rest.try_into().unwrap()));
     // Still incomplete when the grace ends: deleted whole, then recreated.
-    world.now += secs(25);
+    world.now += rest;
     let plan = world.step();
     assert_eq!(plan.delete.len(), 1);
     assert_eq!(
