@@ -82,6 +82,11 @@ pub struct GroupStatus {
     /// No replacement is created before this time (restart backoff).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff_until: Option<String>,
+    /// The last multislice epoch whose members all ran, whole and ready, at once. Until the
+    /// current epoch has, a member whose creation never finished is recreated into it
+    /// rather than restarting the job.
+    #[serde(default)]
+    pub formed_epoch: u64,
     /// Incarnations the operator has decided to delete (and counted, if their loss was a
     /// failure), while their pods remain: a crash, failover or failed call between deciding
     /// and deleting neither counts them again nor takes the leftovers for a new disruption.

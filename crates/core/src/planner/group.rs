@@ -44,9 +44,20 @@ impl<'a> Planner<'a> {
         let sizing = self.size_group(group, &mut memory, failed);
 
         // Retire what the size has no room for, as whole groups.
-        let retirement = retire::decide(multislice, &sizing, &tally, &kept, observed.is_empty());
+        let forming = memory.formed_epoch != memory.epoch;
+        let retirement = retire::decide(
+            multislice,
+            &sizing,
+            &tally,
+            &kept,
+            observed.is_empty(),
+            forming,
+        );
         self.retire(name, &mut kept, retirement, &mut memory.epoch);
         memory.retiring_incarnations = retiring(&observed, &kept);
+        if runs_whole(&kept, sizing.target, memory.epoch) {
+            memory.formed_epoch = memory.epoch;
+        }
 
         // Place: create the missing groups, unless backing off or failed.
         // Replicas observed but not kept are leaving: deleted now, or already draining.
@@ -123,6 +134,15 @@ impl<'a> Planner<'a> {
             }
         }
     }
+}
+
+/// Every member of the epoch is there, complete, running and ready.
+fn runs_whole(kept: &[&ObservedReplica<'_>], target: u32, epoch: u64) -> bool {
+    target > 0
+        && kept.len() == target as usize
+        && kept
+            .iter()
+            .all(|r| r.ready && r.epoch == Some(epoch) && r.verdict == observe::Verdict::Healthy)
 }
 
 /// Incarnations observed but not kept: being deleted (this round or before), or draining.

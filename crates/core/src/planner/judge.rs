@@ -35,12 +35,14 @@ pub(super) struct Judgement<'r, 'a> {
 
 /// Keep, wait for, or delete each replica of a group whose current epoch is `epoch`.
 /// A broken replica whose incarnation is `retiring` was judged before (its deletes did not
-/// all happen yet): it is deleted again but counts for nothing.
+/// all happen yet): it is deleted again but counts for nothing. While the epoch is `forming`
+/// (it never ran whole), a member whose creation never finished is recreated into it.
 pub(super) fn judge_replicas<'r, 'a>(
     observed: &'r BTreeMap<u32, ObservedReplica<'a>>,
     epoch: u64,
     multislice: bool,
     retiring: &[u64],
+    forming: bool,
 ) -> Judgement<'r, 'a> {
     let mut kept = Vec::new();
     let mut doomed = Vec::new();
@@ -67,7 +69,9 @@ pub(super) fn judge_replicas<'r, 'a>(
                     DisruptionKind::Preemption => tally.preemptions += 1,
                     DisruptionKind::Maintenance => {}
                 }
-                tally.broken_current_epoch |= replica.epoch == Some(epoch) && !judged_before;
+                let unfinished = forming && matches!(reason, DeleteReason::Incomplete { .. });
+                tally.broken_current_epoch |=
+                    replica.epoch == Some(epoch) && !judged_before && !unfinished;
                 doomed.push((replica, reason.clone()));
             }
             Verdict::Healthy => kept.push(replica),
@@ -101,6 +105,7 @@ impl<'a> Planner<'a> {
             memory.epoch,
             multislice,
             &memory.retiring_incarnations,
+            memory.formed_epoch != memory.epoch,
         );
         if let Some(until) = judgement.settle_until {
             self.wake_at(until);
@@ -148,7 +153,7 @@ mod tests {
             replica(3, Some(1), Verdict::Settling { until: at(20) }),
             replica(4, Some(1), Verdict::Settling { until: at(10) }),
         ]);
-        let judged = judge_replicas(&observed, 1, false, &[]);
+        let judged = judge_replicas(&observed, 1, false, &[], false);
         assert_eq!(indexes(&judged.kept), [0, 3, 4]);
         let doomed: Vec<_> = judged
             .doomed
@@ -168,7 +173,7 @@ mod tests {
             replica(3, Some(1), lost("p3")),
             replica(4, Some(1), Verdict::Broken(DeleteReason::MixedEpochs)),
         ]);
-        let judged = judge_replicas(&observed, 1, false, &[]);
+        let judged = judge_replicas(&observed, 1, false, &[], false);
         assert_eq!(indexes(&judged.kept), [0], "epochs do not matter");
         assert_eq!(
             (judged.tally.failures, judged.tally.preemptions),
@@ -184,7 +189,7 @@ mod tests {
             replica(1, Some(1), Verdict::Healthy),
             replica(2, Some(1), Verdict::Settling { until: at(10) }),
         ]);
-        let judged = judge_replicas(&observed, 2, true, &[]);
+        let judged = judge_replicas(&observed, 2, true, &[], false);
         assert_eq!(indexes(&judged.kept), [0]);
         let doomed: Vec<_> = judged
             .doomed
@@ -213,7 +218,7 @@ mod tests {
             replica(2, Some(3), lost("p2")),
             replica(3, Some(3), lost("p3")),
         ]);
-        let judged = judge_replicas(&observed, 3, true, &[]);
+        let judged = judge_replicas(&observed, 3, true, &[], false);
         assert_eq!(
             judged.tally,
             Tally {
@@ -236,18 +241,18 @@ mod tests {
             with_incarnation(replica(2, Some(1), Verdict::Healthy), 12),
         ]);
         // 10 was judged (and counted) before; its pods are still there.
-        let judged = judge_replicas(&observed, 1, true, &[9, 10]);
+        let judged = judge_replicas(&observed, 1, true, &[9, 10], false);
         assert_eq!(judged.doomed.len(), 2, "deleted again all the same");
         assert_eq!((judged.tally.failures, judged.tally.preemptions), (0, 1));
         assert!(judged.tally.broken_current_epoch, "11 is news");
-        let only_old = judge_replicas(&observed, 1, true, &[10, 11]);
+        let only_old = judge_replicas(&observed, 1, true, &[10, 11], false);
         assert_eq!(only_old.tally, Tally::default(), "nothing new broke");
     }
 
     #[test]
     fn only_a_break_in_the_current_epoch_restarts_the_job() {
         let observed = observed(vec![replica(0, Some(2), failed("p0"))]);
-        let judged = judge_replicas(&observed, 3, true, &[]);
+        let judged = judge_replicas(&observed, 3, true, &[], false);
         assert_eq!(judged.doomed.len(), 1);
         assert!(!judged.tally.broken_current_epoch);
         assert_eq!(judged.tally.failures, 1, "it still counts as a failure");

@@ -20,13 +20,16 @@ pub(super) enum Retirement {
     ScaleDownTo(u32),
 }
 
-/// Decide what goes. `nothing_observed`: the group has no pods at all.
+/// Decide what goes. `nothing_observed`: the group has no pods at all. `forming`: the
+/// multislice job's current epoch has never run whole, so a member missing from it is still
+/// to be created, not a change of membership.
 pub(super) fn decide(
     multislice: bool,
     sizing: &Sizing,
     tally: &Tally,
     kept: &[&ObservedReplica<'_>],
     nothing_observed: bool,
+    forming: bool,
 ) -> Retirement {
     if let Some(reason) = &sizing.stop {
         return Retirement::StopAll(reason.clone());
@@ -37,8 +40,10 @@ pub(super) fn decide(
         // pods yet starts a new epoch whenever its size is (re)chosen.
         // A running epoch is exact: a member missing (vanished while we were away, or
         // draining) is never recreated into it, since its peers would not know the newcomer.
-        let member_missing =
-            !kept.is_empty() && (0..sizing.target).any(|i| kept.iter().all(|r| r.replica != i));
+        // Until the epoch has run whole, a missing member is still to be created.
+        let member_missing = !forming
+            && !kept.is_empty()
+            && (0..sizing.target).any(|i| kept.iter().all(|r| r.replica != i));
         let membership_changed = tally.broken_current_epoch
             || member_missing
             || (sizing.resized() && !kept.is_empty())
@@ -133,7 +138,7 @@ mod tests {
         };
         for multislice in [true, false] {
             assert_eq!(
-                decide(multislice, &stopped, &Tally::default(), &kept, false),
+                decide(multislice, &stopped, &Tally::default(), &kept, false, false),
                 Retirement::StopAll(DeleteReason::Suspended)
             );
         }
@@ -145,7 +150,7 @@ mod tests {
         let kept: Vec<_> = all.iter().collect();
         let none = Tally::default();
         assert_eq!(
-            decide(true, &sizing(2, 2), &none, &kept, false),
+            decide(true, &sizing(2, 2), &none, &kept, false, false),
             Retirement::Keep
         );
     }
@@ -157,13 +162,18 @@ mod tests {
         let all = healthy(&[0, 2]);
         let kept: Vec<_> = all.iter().collect();
         assert_eq!(
-            decide(true, &sizing(3, 3), &Tally::default(), &kept, false),
+            decide(true, &sizing(3, 3), &Tally::default(), &kept, false, false),
             Retirement::NewEpoch
         );
         assert_eq!(
-            decide(true, &sizing(3, 3), &Tally::default(), &[], false),
+            decide(true, &sizing(3, 3), &Tally::default(), &[], false, false),
             Retirement::Keep,
             "an epoch with no members yet is being created, not missing one"
+        );
+        assert_eq!(
+            decide(true, &sizing(3, 3), &Tally::default(), &kept, false, true),
+            Retirement::Keep,
+            "an epoch that never ran whole is still being created"
         );
     }
 
@@ -177,21 +187,27 @@ mod tests {
             ..Tally::default()
         };
         let restart = Retirement::NewEpoch;
-        assert_eq!(decide(true, &sizing(3, 3), &broke, &kept, false), restart);
         assert_eq!(
-            decide(true, &sizing(4, 3), &none, &kept, false),
+            decide(true, &sizing(3, 3), &broke, &kept, false, false),
+            restart
+        );
+        assert_eq!(
+            decide(true, &sizing(4, 3), &none, &kept, false, false),
             restart,
             "grown"
         );
         assert_eq!(
-            decide(true, &sizing(2, 2), &none, &kept, false),
+            decide(true, &sizing(2, 2), &none, &kept, false, false),
             restart,
             "index 2 no longer fits"
         );
         // Nothing running and a size chosen: the first epoch of a new job.
-        assert_eq!(decide(true, &sizing(3, 0), &none, &[], true), restart);
         assert_eq!(
-            decide(true, &sizing(3, 3), &none, &[], true),
+            decide(true, &sizing(3, 0), &none, &[], true, false),
+            restart
+        );
+        assert_eq!(
+            decide(true, &sizing(3, 3), &none, &[], true, false),
             Retirement::Keep
         );
     }
@@ -202,11 +218,11 @@ mod tests {
         let kept: Vec<_> = all.iter().collect();
         let none = Tally::default();
         assert_eq!(
-            decide(false, &sizing(1, 3), &none, &kept, false),
+            decide(false, &sizing(1, 3), &none, &kept, false, false),
             Retirement::ScaleDownTo(1)
         );
         assert_eq!(
-            decide(false, &sizing(3, 2), &none, &kept, false),
+            decide(false, &sizing(3, 2), &none, &kept, false, false),
             Retirement::Keep
         );
     }

@@ -231,3 +231,56 @@ fn a_delete_cut_short_is_finished_without_counting_a_disruption() {
         assert_eq!(deleting, rest, "{membership:?}: the rest of the group goes");
     }
 }
+
+#[test]
+fn a_multislice_member_whose_creation_was_cut_short_is_recreated_into_the_forming_epoch() {
+    // The epoch's creation was cut short (the leader died, creates failed): replica 2 got 3
+    // of its 4 pods. The job never ran whole, so finishing its creation is all it takes.
+    let mut world = World::new(train_cluster(Membership::Multislice, 3, 3), v6e_pools(3));
+    world.step();
+    let epoch = world.status().groups[0].epoch;
+    world
+        .pods
+        .retain(|p| p.metadata.name.as_deref() != Some("demo-workers-2-3"));
+    let others: Vec<_> = world
+        .pods
+        .iter()
+        .filter(|p| World::label_of(p, LABEL_REPLICA_INDEX) != Some("2".into()))
+        .map(|p| p.metadata.uid.clone())
+        .collect();
+    world.now += observe::INCOMPLETE_GRACE;
+    let plan = world.step();
+    let deleted: Vec<_> = plan
+        .delete
+        .iter()
+        .map(|d| (d.replica, d.reason.code()))
+        .collect();
+    assert_eq!(
+        deleted,
+        [(Some(2), "Incomplete")],
+        "only the unfinished member"
+    );
+    assert_eq!(world.status().groups[0].epoch, epoch, "the same epoch");
+    world.now += secs(5);
+    world.settle(5);
+    assert_eq!(world.pods.len(), 12);
+    assert_eq!(epochs_of(&world), BTreeSet::from([epoch.to_string()]));
+    for uid in others {
+        assert!(
+            world.pods.iter().any(|p| p.metadata.uid == uid),
+            "replicas 0 and 1 untouched"
+        );
+    }
+    assert_eq!(
+        (world.status().restarts, world.status().preemptions),
+        (0, 0)
+    );
+
+    // Once the epoch has run whole, a member gone is a membership change: a new epoch.
+    let gone = replica_pods(&world, 1);
+    world
+        .pods
+        .retain(|p| !gone.contains(p.metadata.name.as_ref().unwrap()));
+    world.step();
+    assert_eq!(world.status().groups[0].epoch, epoch + 1);
+}
