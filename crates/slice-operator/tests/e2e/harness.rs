@@ -655,6 +655,16 @@ impl Env {
         self.operators.insert(i, new);
     }
 
+    /// Starts a new operator process numbered `i` (a new pod of the Deployment: configured as
+    /// the chart, with a new identity) and hands it to the caller, for scenarios that manage
+    /// the processes themselves while other tasks keep reading the emulator (`None` against
+    /// an external cluster). Put the handles back into [`Env::operators`] before
+    /// [`Env::stop`].
+    pub async fn start_operator_process(&self, i: usize) -> Option<OperatorHandle> {
+        let emulator = self.emulator.as_ref()?;
+        Some(start_operator(emulator, i, &self.options).await)
+    }
+
     pub async fn stop(mut self) {
         if let Some(kubelet) = self.kubelet.take() {
             kubelet.stop().await;
