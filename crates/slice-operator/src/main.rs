@@ -89,12 +89,10 @@ fn main() -> ExitCode {
             pools,
             scheduler,
         } => runtime().and_then(|rt| {
-            rt.block_on(sim_commands::fake_kubelet(
-                kubeconfig,
-                pools,
-                scheduler,
-                shutdown_signal(),
-            ))
+            rt.block_on(async {
+                let shutdown = shutdown_signal();
+                sim_commands::fake_kubelet(kubeconfig, pools, scheduler, shutdown).await
+            })
         }),
     };
     match result {
@@ -112,26 +110,35 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// Install the SIGTERM and SIGINT handlers now, not when first polled: from here on a
+/// signal is a graceful shutdown (before, it ends the process at once, which is also prompt).
+/// Call it inside the runtime. The future resolves on the first signal.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
     {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("SIGTERM handler");
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+        let mut interrupt = signal(SignalKind::interrupt()).expect("SIGINT handler");
+        async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = interrupt.recv() => {}
+            }
+            tracing::info!("shutting down");
         }
     }
     #[cfg(not(unix))]
-    let _ = ctrl_c.await;
-    tracing::info!("shutting down");
+    async {
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down");
+    }
 }
 
 async fn run(config: OperatorConfig) -> anyhow::Result<()> {
+    let shutdown = shutdown_signal();
     operator::init_tracing(config.log_format);
     let client = operator::client_for(&config).await?;
-    operator::run(client, config, shutdown_signal(), None).await?;
+    operator::run(client, config, shutdown, None).await?;
     Ok(())
 }
 
