@@ -21,6 +21,9 @@ pub const LABEL_GROUP_KEY: &str = "slices.dev/group-key";
 pub const LABEL_SLICE: &str = "slices.dev/slice";
 /// Incarnation number of a group (also part of `TPU_NAME`).
 pub const LABEL_INCARNATION: &str = "slices.dev/incarnation";
+/// Hash of what the pod was rendered from (its group's template, TPU shape, membership and
+/// head address): a pod whose hash is not its group's current one is outdated and replaced.
+pub const LABEL_TEMPLATE_HASH: &str = "slices.dev/template-hash";
 pub const ROLE_WORKER: &str = "worker";
 pub const ROLE_HEAD: &str = "head";
 
@@ -62,6 +65,11 @@ pub const ENV_TPU_PROCESS_ADDRESSES: &str = "TPU_PROCESS_ADDRESSES";
 pub const ENV_TPU_PROCESS_PORT: &str = "TPU_PROCESS_PORT";
 /// Keeps JAX from querying the GCE metadata server (it checks only that the key is set).
 pub const ENV_TPU_SKIP_MDS_QUERY: &str = "TPU_SKIP_MDS_QUERY";
+/// The head pod's stable DNS name (`<cluster>-head.<cluster>-headless`), on every worker of a
+/// cluster with a head.
+pub const ENV_HEAD_HOST: &str = "SLICES_HEAD_HOST";
+/// `SLICES_HEAD_PORT_<NAME>`: each named container port of the head template.
+pub const ENV_HEAD_PORT_PREFIX: &str = "SLICES_HEAD_PORT_";
 /// User values for these are dropped from TPU worker templates: each would override the
 /// operator's contract inside JAX (process list, coordinator).
 pub const ENV_RESERVED: &[&str] = &[

@@ -137,6 +137,9 @@ pub fn train_cluster(membership: Membership, min: u32, max: u32) -> TrainCluster
             elastic: ElasticPolicy::default(),
             failure_policy: FailurePolicy::default(),
             suspend: false,
+            success_policy: SuccessPolicy::default(),
+            ttl_seconds_after_finished: None,
+            rollout: RolloutPolicy::default(),
         },
     );
     tc.metadata.namespace = Some("default".into());
@@ -217,6 +220,17 @@ pub fn crash_container(pod: &mut Pod) {
     for c in status.container_statuses.get_or_insert_with(Vec::new) {
         c.restart_count += 1;
     }
+}
+
+/// The pod's containers exited 0 (restartPolicy Never): phase Succeeded, not ready.
+pub fn succeed_pod(pod: &mut Pod) {
+    let status = pod.status.get_or_insert_with(Default::default);
+    status.phase = Some("Succeeded".into());
+    status.conditions = Some(vec![PodCondition {
+        type_: "Ready".into(),
+        status: "False".into(),
+        ..Default::default()
+    }]);
 }
 
 pub fn fail_pod(pod: &mut Pod) {

@@ -66,7 +66,16 @@ fn crd_has_short_name_status_and_printer_columns() {
         .collect();
     assert_eq!(
         columns,
-        ["Desired", "Ready", "Available", "Phase", "Restarts", "Age"]
+        [
+            "Desired",
+            "Ready",
+            "Available",
+            "Phase",
+            "Updated",
+            "Restarts",
+            "Completed",
+            "Age"
+        ]
     );
 }
 

@@ -24,7 +24,9 @@ use super::TrainClusterStatus;
     printcolumn = r#"{"name":"Ready","type":"integer","description":"Slices whose every host is ready","jsonPath":".status.readySlices"}"#,
     printcolumn = r#"{"name":"Available","type":"integer","description":"Whole, ready TPU slices the cluster could use","jsonPath":".status.availableSlices"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Updated","type":"integer","description":"Slices running the current template","jsonPath":".status.updatedSlices"}"#,
     printcolumn = r#"{"name":"Restarts","type":"integer","jsonPath":".status.restarts"}"#,
+    printcolumn = r#"{"name":"Completed","type":"date","description":"When the run succeeded","jsonPath":".status.completionTime","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 54").message("metadata.name must be a DNS label (lowercase letters, digits, '-'; starting with a letter) of at most 54 characters, so that '<name>-headless' is a valid Service name"),
     validation = Rule::new("self.spec.workerGroups.all(g, size(self.metadata.name) + size(g.name) <= 52)").message("metadata.name plus spec.workerGroups[].name must be at most 52 characters together, so that every pod name and hostname '<cluster>-<group>-<replica>-<host>' fits in 63 characters; shorten the cluster or group name")
@@ -55,6 +57,54 @@ pub struct TrainClusterSpec {
     /// Delete every worker and head pod and keep them deleted while true.
     #[serde(default)]
     pub suspend: bool,
+
+    /// When the run is done (phase `Succeeded`): `AllWorkers` (every worker of the current
+    /// epoch exited 0) or `Head` (the head pod exited 0, as a Ray driver on the head does).
+    #[serde(default)]
+    pub success_policy: SuccessPolicy,
+
+    /// After the run succeeded, keep its pods (for their logs) this long, then delete them.
+    /// Unset: keep them until the TrainCluster is deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 31_536_000))]
+    pub ttl_seconds_after_finished: Option<u32>,
+
+    /// How running replicas take up a changed template.
+    #[serde(default)]
+    pub rollout: RolloutPolicy,
+}
+
+/// When a TrainCluster's run counts as done.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum SuccessPolicy {
+    /// Every worker pod of every group's current epoch has exited 0 (pod `Succeeded`).
+    #[default]
+    AllWorkers,
+    /// The head pod has exited 0; the workers still running are then stopped.
+    Head,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutPolicy {
+    /// `Independent` membership: at most this many replicas of a group may be down (missing,
+    /// starting or being replaced) while outdated ones are replaced, one whole slice at a
+    /// time. A `Multislice` job always restarts as one new epoch.
+    #[serde(default = "default_max_unavailable")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub max_unavailable: u32,
+}
+
+impl Default for RolloutPolicy {
+    fn default() -> Self {
+        RolloutPolicy {
+            max_unavailable: default_max_unavailable(),
+        }
+    }
+}
+
+fn default_max_unavailable() -> u32 {
+    1
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]

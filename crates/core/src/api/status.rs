@@ -19,6 +19,8 @@ pub enum Phase {
     Failed,
     /// The spec cannot be run; a condition names the field.
     Invalid,
+    /// The run is done (see `spec.successPolicy`): nothing is recreated; terminal.
+    Succeeded,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -44,10 +46,48 @@ pub struct TrainClusterStatus {
     /// Groups lost to node loss or termination notices.
     #[serde(default)]
     pub preemptions: u32,
+    /// Slices whose pods run the current template.
+    #[serde(default)]
+    pub updated_slices: u32,
+    /// When the run succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<String>,
+    /// Pod creates the API server rejected in a row (reset by a success or a spec edit).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub create_failures: u32,
+    /// After a rejected create, no pod is created before this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub create_retry_after: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<GroupStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head: Option<HeadStatus>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// The head pod's budget and backoff; also the planner's memory of the head's failures.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HeadStatus {
+    /// Head pod failures so far (charged against `failurePolicy.maxRestarts`).
+    #[serde(default)]
+    pub restarts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure_time: Option<String>,
+    /// No new head pod is created before this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_until: Option<String>,
+    /// The uid of the last failed head pod already counted: it is never counted twice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counted_uid: Option<String>,
+    /// Hash of the head template the head pod runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template_hash: Option<String>,
 }
 
 /// Per worker group state; also the planner's memory of its own past decisions.
@@ -69,6 +109,15 @@ pub struct GroupStatus {
     pub restarts: u32,
     #[serde(default)]
     pub preemptions: u32,
+    /// Replicas (slices) running the group's current template.
+    #[serde(default)]
+    pub updated_slices: u32,
+    /// Replicas whose every worker exited 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub completed_slices: u32,
+    /// Hash of the group's current template (label `slices.dev/template-hash` on its pods).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub template_hash: String,
     /// Replica indexes that currently have pods.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replicas: Vec<u32>,
@@ -114,3 +163,6 @@ pub const CONDITION_VALID: &str = "SpecValid";
 pub const CONDITION_SLICES_AVAILABLE: &str = "SlicesAvailable";
 pub const CONDITION_READY: &str = "Ready";
 pub const CONDITION_FAILED: &str = "Failed";
+pub const CONDITION_SUCCEEDED: &str = "Succeeded";
+/// The API server rejected a pod create (as a ReplicaSet's `ReplicaFailure`).
+pub const CONDITION_REPLICA_FAILURE: &str = "ReplicaFailure";

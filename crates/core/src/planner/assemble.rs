@@ -10,7 +10,18 @@ use super::cluster::Planner;
 use super::observe::ObservedReplica;
 use super::{EventType, Plan, status};
 use crate::api::validate::ResolvedGroup;
-use crate::api::{GroupStatus, Phase};
+use crate::api::{GroupStatus, HeadStatus, Phase, TrainClusterStatus};
+
+/// Where a group stands this round.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct GroupState {
+    /// Fewer than `slices.min` slices are available.
+    pub waiting: bool,
+    /// Replicas are being replaced, or a backoff is running.
+    pub restarting: bool,
+    /// Every replica it runs has finished (all workers exited 0).
+    pub completed: bool,
+}
 
 /// What one worker group contributes to the cluster-wide status.
 #[derive(Debug)]
@@ -18,6 +29,7 @@ pub(super) struct GroupSummary {
     pub status: GroupStatus,
     pub waiting: bool,
     pub restarting: bool,
+    pub completed: bool,
     /// Why this group's failure budget is spent, if it is.
     pub exhausted: Option<String>,
     pub min: u32,
@@ -30,16 +42,20 @@ pub(super) fn group_summary(
     group: &ResolvedGroup<'_>,
     kept: &[&ObservedReplica<'_>],
     replicas: Vec<u32>,
-    waiting: bool,
-    restarting: bool,
+    state: GroupState,
     exhausted: Option<String>,
 ) -> GroupSummary {
     memory.ready_slices = kept.iter().filter(|r| r.ready).count() as u32;
+    memory.completed_slices = kept
+        .iter()
+        .filter(|r| r.verdict == super::observe::Verdict::Completed)
+        .count() as u32;
     memory.replicas = replicas;
     GroupSummary {
         status: memory,
-        waiting,
-        restarting,
+        waiting: state.waiting,
+        restarting: state.restarting,
+        completed: state.completed,
         exhausted,
         min: group.spec.slices.min,
     }
@@ -61,18 +77,44 @@ pub(super) fn requeue_after(wake: Option<Timestamp>, now: Timestamp) -> Option<D
 }
 
 impl Planner<'_> {
-    /// The cluster status from every group's summary; an event when the cluster fails.
-    pub(super) fn finish(mut self, summaries: Vec<GroupSummary>) -> Plan {
-        let status = status::cluster_status(
+    /// The cluster status from every group's summary and the head's memory.
+    pub(super) fn cluster_status(
+        &self,
+        summaries: &[GroupSummary],
+        head: Option<HeadStatus>,
+        head_exhausted: Option<&str>,
+    ) -> TrainClusterStatus {
+        let mut status = status::cluster_status(
             self.tc,
             self.previous,
-            &summaries_view(&summaries),
+            &summaries_view(summaries),
+            head_exhausted,
             self.now,
         );
+        if self.fresh_spec {
+            status.create_failures = 0;
+            status.create_retry_after = None;
+        }
+        if let Some(head) = head.filter(|_| self.tc.spec.head.is_some()) {
+            status.restarts += head.restarts;
+            status.head = Some(head);
+        }
+        status
+    }
+
+    /// The cluster status; an event when the cluster fails.
+    pub(super) fn finish(
+        mut self,
+        summaries: Vec<GroupSummary>,
+        head: HeadStatus,
+        head_exhausted: Option<String>,
+    ) -> Plan {
+        let status = self.cluster_status(&summaries, Some(head), head_exhausted.as_deref());
         if status.phase == Phase::Failed && self.previous.phase != Phase::Failed {
             let why = summaries
                 .iter()
                 .filter_map(|s| s.exhausted.clone())
+                .chain(head_exhausted)
                 .collect::<Vec<_>>()
                 .join("; ");
             self.emit(EventType::Warning, "RestartBudgetExhausted", why);
@@ -112,6 +154,7 @@ mod tests {
             },
             waiting: false,
             restarting: false,
+            completed: false,
             exhausted: exhausted.map(str::to_string),
             min: 1,
         }
@@ -131,8 +174,10 @@ mod tests {
             &group,
             &[&ready, &not_ready],
             replicas,
-            false,
-            true,
+            GroupState {
+                restarting: true,
+                ..Default::default()
+            },
             None,
         );
         assert_eq!(s.status.ready_slices, 1);
@@ -164,11 +209,15 @@ mod tests {
         let scene = Scene::fresh(Membership::Independent, 1, 1, 0);
         let mut planner = scene.planner();
         planner.wake_at(scene.world.now + SignedDuration::from_secs(7));
-        let plan = planner.finish(vec![
-            summary("a", Some("group a: spent")),
-            summary("b", None),
-            summary("c", Some("group c: spent")),
-        ]);
+        let plan = planner.finish(
+            vec![
+                summary("a", Some("group a: spent")),
+                summary("b", None),
+                summary("c", Some("group c: spent")),
+            ],
+            HeadStatus::default(),
+            None,
+        );
         assert_eq!(plan.status.phase, Phase::Failed);
         assert_eq!(plan.status.groups.len(), 3);
         assert_eq!(plan.requeue_after, Some(Duration::from_secs(7)));
@@ -179,9 +228,11 @@ mod tests {
         );
         let mut scene = scene;
         scene.previous.phase = Phase::Failed;
-        let plan = scene
-            .planner()
-            .finish(vec![summary("a", Some("group a: spent"))]);
+        let plan = scene.planner().finish(
+            vec![summary("a", Some("group a: spent"))],
+            HeadStatus::default(),
+            None,
+        );
         assert_eq!(plan.status.phase, Phase::Failed);
         assert!(plan.events.is_empty(), "already failed");
     }

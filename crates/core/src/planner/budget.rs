@@ -8,22 +8,22 @@ use super::judge::Tally;
 use super::{EventType, parse_time, policy};
 use crate::api::{FailurePolicy, GroupStatus, Phase, TrainClusterStatus};
 
-/// What a past Failed phase means for this plan.
+/// What the last status means for this plan's budget.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct PastFailure {
     /// The cluster failed under this very spec: it stays failed.
     pub sticky: bool,
-    /// It failed under an older spec: the new one starts with a fresh budget.
+    /// The spec changed since the last status (a new generation): it starts with a fresh
+    /// budget, whatever the phase was (Failed, Invalid, running).
     pub reset: bool,
 }
 
 impl PastFailure {
     pub(super) fn of(previous: &TrainClusterStatus, generation: Option<i64>) -> PastFailure {
-        let failed_before = previous.phase == Phase::Failed;
-        let sticky = failed_before && previous.observed_generation == generation;
+        let same_spec = previous.observed_generation == generation;
         PastFailure {
-            sticky,
-            reset: failed_before && !sticky,
+            sticky: previous.phase == Phase::Failed && same_spec,
+            reset: !same_spec,
         }
     }
 }
@@ -220,6 +220,23 @@ mod tests {
                 sticky: false,
                 reset: false
             }
+        );
+        assert_eq!(
+            PastFailure::of(&running, Some(4)),
+            PastFailure {
+                sticky: false,
+                reset: true
+            },
+            "any new generation starts a fresh budget"
+        );
+        let invalid = TrainClusterStatus {
+            phase: Phase::Invalid,
+            observed_generation: Some(5),
+            ..Default::default()
+        };
+        assert!(
+            PastFailure::of(&invalid, Some(6)).reset,
+            "fixed after Invalid"
         );
         assert_eq!(exhaustion(None, true).as_deref(), Some(SPENT));
         assert_eq!(exhaustion(Some("now".into()), true).as_deref(), Some("now"));

@@ -7,9 +7,9 @@ use std::collections::{BTreeMap, HashSet};
 use jiff::Timestamp;
 
 use super::observe::PodFacts;
-use super::{DeleteReason, Plan, budget, render};
+use super::{DeleteReason, Plan, budget, completion, creates, head};
 use crate::api::validate::ResolvedGroup;
-use crate::api::{GroupStatus, TrainCluster, TrainClusterStatus};
+use crate::api::{GroupStatus, Phase, TrainCluster, TrainClusterStatus};
 use crate::constants::ROLE_HEAD;
 use crate::inventory::Inventory;
 use crate::lean::LeanPod;
@@ -28,6 +28,10 @@ pub(super) struct Planner<'a> {
     pub(super) plan: Plan,
     /// The earliest moment something pending (backoff, grace, growth) needs another look.
     pub(super) wake: Option<Timestamp>,
+    /// The spec changed since the last status: budgets and create backoff start afresh.
+    pub(super) fresh_spec: bool,
+    /// No pod is created before this time (the API server rejected our last create).
+    pub(super) create_hold: Option<Timestamp>,
 }
 
 impl<'a> Planner<'a> {
@@ -47,27 +51,50 @@ impl<'a> Planner<'a> {
             claimed: reserved,
             plan,
             wake: None,
+            fresh_spec: false,
+            create_hold: None,
         }
     }
 
     /// Plan every worker group in spec order (so earlier groups get the first pick of free
-    /// slices), then the pods no group owns any more, the head pod and the status.
+    /// slices), then the pods no group owns any more, the head pod and the status. A run
+    /// that has succeeded only winds down (`completion`).
     pub(super) fn run(mut self, groups: &[ResolvedGroup<'a>], pods: &[PodFacts<'a>]) -> Plan {
         let tc = self.tc;
+        if self.previous.phase == Phase::Succeeded {
+            return self.wind_down(pods);
+        }
         // Slices our pods are pinned to are taken, whatever a moment-old inventory says.
         self.claimed
             .extend(pods.iter().filter_map(|f| f.slice.map(str::to_string)));
         let past = budget::PastFailure::of(self.previous, tc.metadata.generation);
+        self.fresh_spec = past.reset;
+        self.create_hold = creates::hold(self.previous, past.reset, self.now);
+        if let Some(t) = self.create_hold {
+            self.wake_at(t);
+        }
         let (head_pods, mut by_group) = split_by_group(pods);
+        if completion::head_succeeded(tc, &head_pods) {
+            let status = self.previous.clone();
+            return self.succeed(pods, status, "HeadSucceeded");
+        }
+        let mut head = head::memory(self.previous, past.reset);
+        let head_exhausted = self.judge_head(&head_pods, &mut head);
+        let sticky = past.sticky || head_exhausted.is_some();
         let mut summaries = Vec::new();
         for group in groups {
             let pods = by_group.remove(group.name()).unwrap_or_default();
             let memory = group_memory(self.previous, group.name(), past.reset);
-            summaries.push(self.plan_group(group, &pods, memory, past.sticky));
+            summaries.push(self.plan_group(group, &pods, memory, sticky));
         }
         self.delete_unknown_groups(by_group);
-        self.plan_head(tc.metadata.name.as_deref().unwrap_or_default(), &head_pods);
-        self.finish(summaries)
+        if completion::all_workers_succeeded(tc, &summaries) {
+            let status = self.cluster_status(&summaries, None, None);
+            return self.succeed(pods, status, "AllWorkersSucceeded");
+        }
+        let failed = sticky || summaries.iter().any(|s| s.exhausted.is_some());
+        self.place_head(&head_pods, &mut head, failed);
+        self.finish(summaries, head, head_exhausted)
     }
 
     /// Pods of groups no longer in the spec go, whole.
@@ -78,35 +105,6 @@ impl<'a> Planner<'a> {
                 group: name.to_string(),
             };
             self.delete_whole(name, None, reason, &pods);
-        }
-    }
-
-    /// One head pod, named after the cluster, while the spec wants one and is not suspended.
-    /// Unwanted, failed or misnamed head pods are deleted; a new one is created only once
-    /// none is left (so a failed head is replaced on the next plan).
-    fn plan_head(&mut self, cluster: &str, head_pods: &[&LeanPod]) {
-        let spec = &self.tc.spec;
-        let wanted = spec.head.is_some() && !spec.suspend;
-        let mut present = false;
-        for pod in head_pods {
-            let failed = crate::inventory::is_terminal(pod);
-            let stray = pod.name() != render::head_pod_name(cluster);
-            if !wanted || failed || stray {
-                let reason = if !wanted {
-                    DeleteReason::Suspended
-                } else if failed {
-                    DeleteReason::MemberFailed {
-                        pod: pod.name().to_string(),
-                    }
-                } else {
-                    DeleteReason::BadReplicaIndex
-                };
-                self.delete_whole("head", None, reason, &[pod]);
-            }
-            present = true;
-        }
-        if wanted && !present {
-            self.plan.create_head = render::head_pod(self.tc);
         }
     }
 }

@@ -5,7 +5,9 @@ use jiff::Timestamp;
 
 use super::cluster::Planner;
 use super::observe::ObservedReplica;
-use super::{DeleteReason, DisruptionKind, EventType, GroupDelete, PlannedEvent, PodRef};
+use super::{
+    DeleteReason, DisruptionKind, EventAfter, EventType, GroupDelete, PlannedEvent, PodRef,
+};
 use crate::lean::LeanPod;
 
 impl Planner<'_> {
@@ -46,6 +48,23 @@ impl Planner<'_> {
         reason: DeleteReason,
         pods: &[&LeanPod],
     ) {
+        let what = match replica {
+            Some(r) => format!("group {group}: deleting replica {r}"),
+            None => format!("group {group}: deleting stray pod(s)"),
+        };
+        self.delete_with_note(group, replica, reason, pods, &what);
+    }
+
+    /// Delete `pods` as one unit with the event `<what> (<n> pods): <reason>`, published once
+    /// the deletes went through.
+    pub(super) fn delete_with_note(
+        &mut self,
+        group: &str,
+        replica: Option<u32>,
+        reason: DeleteReason,
+        pods: &[&LeanPod],
+        what: &str,
+    ) {
         let pods = live_refs(pods);
         if pods.is_empty() {
             return;
@@ -54,11 +73,9 @@ impl Planner<'_> {
             DisruptionKind::Maintenance => EventType::Normal,
             _ => EventType::Warning,
         };
-        let what = match replica {
-            Some(r) => format!("group {group}: deleting replica {r} ({} pods)", pods.len()),
-            None => format!("group {group}: deleting {} stray pod(s)", pods.len()),
-        };
-        self.emit(type_, "GroupDeleted", format!("{what}: {reason}"));
+        let note = format!("{what} ({} pods): {reason}", pods.len());
+        let after = EventAfter::Delete(self.plan.delete.len());
+        self.emit_after(type_, "GroupDeleted", note, after);
         self.plan.delete.push(GroupDelete {
             group: group.to_string(),
             replica,
@@ -72,6 +89,23 @@ impl Planner<'_> {
             type_,
             reason,
             note,
+            after: None,
+        });
+    }
+
+    /// An event about an action of this plan: published only once the action went through.
+    pub(super) fn emit_after(
+        &mut self,
+        type_: EventType,
+        reason: &'static str,
+        note: String,
+        after: EventAfter,
+    ) {
+        self.plan.events.push(PlannedEvent {
+            type_,
+            reason,
+            note,
+            after: Some(after),
         });
     }
 
@@ -162,7 +196,7 @@ mod tests {
         assert!(
             event
                 .note
-                .starts_with("group workers: deleting 2 stray pod(s): "),
+                .starts_with("group workers: deleting stray pod(s) (2 pods): "),
             "{}",
             event.note
         );
@@ -180,6 +214,7 @@ mod tests {
             incarnation: 0,
             slice: None,
             ready: true,
+            outdated: false,
             verdict: Verdict::Healthy,
         };
         planner.delete_quietly("workers", &replica, DeleteReason::EpochChanged { epoch: 2 });

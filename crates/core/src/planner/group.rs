@@ -8,9 +8,9 @@ use jiff::{SignedDuration, Timestamp};
 use super::assemble::{self, GroupSummary};
 use super::cluster::Planner;
 use super::observe::{self, ObservedReplica, PodFacts};
-use super::{DeleteReason, budget, place, retire};
+use super::{DeleteReason, budget, place, retire, revision};
 use crate::api::validate::ResolvedGroup;
-use crate::api::{GroupStatus, Membership};
+use crate::api::{GroupStatus, Membership, SuccessPolicy};
 use crate::inventory::Slice;
 
 /// How long old pods usually take to go; look again then.
@@ -29,6 +29,7 @@ impl<'a> Planner<'a> {
         let name = group.name();
         let multislice = self.tc.spec.membership == Membership::Multislice;
         let grace = self.node_grace();
+        memory.template_hash = revision::group_hash(self.tc, group);
 
         // Observe and judge: what runs, what must go, what broke and what that costs.
         let observed = self.observe_group(group, pods, grace, &mut memory);
@@ -41,7 +42,11 @@ impl<'a> Planner<'a> {
         let own: HashSet<&str> = observed.values().filter_map(|r| r.slice).collect();
         let usable = self.usable_slices(group, &own, grace);
         memory.available_slices = available_slices(group, usable.len());
-        let sizing = self.size_group(group, &mut memory, failed);
+        // Once workers have finished, the group's size is what they finished at.
+        let finishing = kept
+            .iter()
+            .any(|r| r.verdict == observe::Verdict::Completed);
+        let sizing = self.size_group(group, &mut memory, failed, finishing);
 
         // Retire what the size has no room for, as whole groups.
         let forming = memory.formed_epoch != memory.epoch;
@@ -53,7 +58,14 @@ impl<'a> Planner<'a> {
             observed.is_empty(),
             forming,
         );
+        if multislice && retirement == retire::Retirement::NewEpoch {
+            self.announce_template_restart(name, &kept);
+        }
         self.retire(name, &mut kept, retirement, &mut memory.epoch);
+        if !multislice && sizing.stop.is_none() {
+            let max_unavailable = self.tc.spec.rollout.max_unavailable;
+            self.roll_out(name, &mut kept, sizing.target, max_unavailable);
+        }
         memory.retiring_incarnations = retiring(&observed, &kept);
         if runs_whole(&kept, sizing.target, memory.epoch) {
             memory.formed_epoch = memory.epoch;
@@ -63,7 +75,7 @@ impl<'a> Planner<'a> {
         // Replicas observed but not kept are leaving: deleted now, or already draining.
         let leaving = observed.len() - kept.len();
         let occupied: BTreeSet<u32> = observed.keys().copied().collect();
-        let backoff_until = budget::backoff_pending(&memory, self.now);
+        let backoff_until = budget::backoff_pending(&memory, self.now).or(self.create_hold);
         let wanted = if sizing.target > 0 && backoff_until.is_none() && !failed {
             place::wanted_replicas(multislice, sizing.target, &occupied, kept.len(), leaving)
         } else {
@@ -76,13 +88,18 @@ impl<'a> Planner<'a> {
 
         self.wake_for_pending(backoff_until, leaving, &usable, grace);
         let restarting = !failed && (backoff_until.is_some() || leaving > 0) && sizing.target > 0;
+        memory.updated_slices =
+            (kept.iter().filter(|r| !r.outdated).count() + created.len()) as u32;
         assemble::group_summary(
             memory,
             group,
             &kept,
             assemble::replicas_with_pods(occupied, &created),
-            sizing.waiting(),
-            restarting,
+            assemble::GroupState {
+                waiting: sizing.waiting(),
+                restarting,
+                completed: runs_to_completion(&kept, sizing.target),
+            },
             budget::exhaustion(exhausted, sticky_failed),
         )
     }
@@ -103,9 +120,15 @@ impl<'a> Planner<'a> {
         grace: SignedDuration,
         memory: &mut GroupStatus,
     ) -> BTreeMap<u32, ObservedReplica<'a>> {
-        let tpu = group.shape.is_some();
-        let (observed, strays) =
-            observe::replicas(pods, group.hosts, tpu, self.inventory, self.now, grace);
+        let judging = observe::Judging {
+            hosts: group.hosts,
+            tpu: group.shape.is_some(),
+            success_counts: self.tc.spec.success_policy == SuccessPolicy::AllWorkers,
+            template_hash: &memory.template_hash,
+            now: self.now,
+            grace,
+        };
+        let (observed, strays) = observe::replicas(pods, &judging, self.inventory);
         if !strays.is_empty() {
             self.delete_whole(group.name(), None, DeleteReason::BadReplicaIndex, &strays);
         }
@@ -143,6 +166,15 @@ fn runs_whole(kept: &[&ObservedReplica<'_>], target: u32, epoch: u64) -> bool {
         && kept
             .iter()
             .all(|r| r.ready && r.epoch == Some(epoch) && r.verdict == observe::Verdict::Healthy)
+}
+
+/// Every replica the group runs has finished: all its workers exited 0.
+fn runs_to_completion(kept: &[&ObservedReplica<'_>], target: u32) -> bool {
+    target > 0
+        && kept.len() == target as usize
+        && kept
+            .iter()
+            .all(|r| r.verdict == observe::Verdict::Completed)
 }
 
 /// Incarnations observed but not kept: being deleted (this round or before), or draining.

@@ -53,7 +53,7 @@ pub(super) fn judge_replicas<'r, 'a>(
         let stale = multislice && replica.epoch != Some(epoch);
         match &replica.verdict {
             Verdict::Draining => {}
-            Verdict::Settling { .. } | Verdict::Healthy if stale => {
+            Verdict::Settling { .. } | Verdict::Healthy | Verdict::Completed if stale => {
                 doomed.push((replica, DeleteReason::EpochChanged { epoch }));
             }
             // Kept (it occupies its index and slice); looked at again when the grace ends.
@@ -74,7 +74,8 @@ pub(super) fn judge_replicas<'r, 'a>(
                     replica.epoch == Some(epoch) && !judged_before && !unfinished;
                 doomed.push((replica, reason.clone()));
             }
-            Verdict::Healthy => kept.push(replica),
+            // Finished work keeps its index and is never charged.
+            Verdict::Healthy | Verdict::Completed => kept.push(replica),
         }
     }
     // A multislice job restarts as one: one restart however many slices failed.

@@ -19,8 +19,11 @@
 mod assemble;
 mod budget;
 mod cluster;
+mod completion;
+pub mod creates;
 mod effects;
 mod group;
+mod head;
 mod judge;
 pub mod observe;
 mod place;
@@ -28,6 +31,8 @@ pub mod policy;
 pub mod reason;
 pub mod render;
 mod retire;
+pub mod revision;
+mod rollout;
 mod size;
 mod status;
 mod stuck;
@@ -111,6 +116,20 @@ pub struct PlannedEvent {
     pub type_: EventType,
     pub reason: &'static str,
     pub note: String,
+    /// The action the event reports, if any: the event is published only once it went
+    /// through (a create the API server rejects is never announced).
+    pub after: Option<EventAfter>,
+}
+
+/// An action of a [`Plan`] an event reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventAfter {
+    /// `plan.delete[i]` (and so every delete before it: they are applied in order).
+    Delete(usize),
+    /// `plan.create[i]`.
+    Create(usize),
+    /// `plan.create_head`.
+    Head,
 }
 
 impl Plan {
@@ -202,6 +221,7 @@ fn invalid_plan(
             type_: EventType::Warning,
             reason: "InvalidSpec",
             note: truncate(&message, 1000),
+            after: None,
         });
     }
     // Nothing is deleted for an invalid spec: running groups keep running until it is fixed.

@@ -21,6 +21,9 @@ pub const INCOMPLETE_GRACE: SignedDuration = SignedDuration::from_secs(5);
 pub enum Verdict {
     /// Complete and healthy (its pods may still be Pending or starting).
     Healthy,
+    /// Every member exited 0 and the success policy counts that as done: kept, never
+    /// replaced or charged.
+    Completed,
     /// Every member is already being deleted: wait for them to go.
     Draining,
     /// Created moments ago and not all members visible yet: wait until `until`.
@@ -40,7 +43,21 @@ pub struct ObservedReplica<'a> {
     pub slice: Option<&'a str>,
     /// Every member Running and Ready.
     pub ready: bool,
+    /// Some member carries a template hash other than the group's current one.
+    pub outdated: bool,
     pub verdict: Verdict,
+}
+
+/// How one group's pods are judged: its size, its shape, what success means, its template.
+#[derive(Clone, Copy, Debug)]
+pub struct Judging<'a> {
+    pub hosts: u32,
+    pub tpu: bool,
+    /// A worker that exits 0 is done (success policy `AllWorkers`), not a failure.
+    pub success_counts: bool,
+    pub template_hash: &'a str,
+    pub now: Timestamp,
+    pub grace: SignedDuration,
 }
 
 /// The operator's labels of one pod, parsed once (the planner looks at 64,000 of them).
@@ -55,6 +72,7 @@ pub struct PodFacts<'a> {
     pub epoch: Option<u64>,
     pub incarnation: Option<u64>,
     pub slice: Option<&'a str>,
+    pub template_hash: Option<&'a str>,
 }
 
 impl<'a> PodFacts<'a> {
@@ -69,6 +87,7 @@ impl<'a> PodFacts<'a> {
             epoch: None,
             incarnation: None,
             slice: None,
+            template_hash: None,
         };
         let Some(labels) = pod.metadata.labels.as_ref() else {
             return facts;
@@ -91,6 +110,7 @@ impl<'a> PodFacts<'a> {
                 "epoch" => facts.epoch = v.parse().ok(),
                 "incarnation" => facts.incarnation = v.parse().ok(),
                 "slice" => facts.slice = Some(v),
+                "template-hash" => facts.template_hash = Some(v),
                 _ => {}
             }
         }
@@ -103,11 +123,8 @@ impl<'a> PodFacts<'a> {
 /// belong to a complete group).
 pub fn replicas<'a>(
     pods: &[PodFacts<'a>],
-    hosts: u32,
-    tpu: bool,
+    judging: &Judging<'_>,
     inventory: &'a Inventory,
-    now: Timestamp,
-    grace: SignedDuration,
 ) -> (BTreeMap<u32, ObservedReplica<'a>>, Vec<&'a LeanPod>) {
     // Group by sorting (replica, position) pairs: no per-pod map inserts or copies.
     let mut order: Vec<(u32, usize)> = Vec::with_capacity(pods.len());
@@ -125,10 +142,7 @@ pub fn replicas<'a>(
         .map(|chunk| {
             let members: Vec<PodFacts<'a>> = chunk.iter().map(|(_, i)| pods[*i]).collect();
             let replica = chunk[0].0;
-            (
-                replica,
-                judge(replica, &members, hosts, tpu, inventory, now, grace),
-            )
+            (replica, judge(replica, &members, judging, inventory))
         })
         .collect::<Vec<_>>()
         .into_iter()
@@ -151,12 +165,10 @@ pub(super) fn next_incarnation(next: u64, observed: &BTreeMap<u32, ObservedRepli
 fn judge<'a>(
     replica: u32,
     facts: &[PodFacts<'a>],
-    hosts: u32,
-    tpu: bool,
+    judging: &Judging<'_>,
     inventory: &'a Inventory,
-    now: Timestamp,
-    grace: SignedDuration,
 ) -> ObservedReplica<'a> {
+    let hosts = judging.hosts;
     let first_epoch = facts.first().and_then(|f| f.epoch);
     let epoch = if facts.iter().all(|f| f.epoch == first_epoch) {
         first_epoch
@@ -174,7 +186,10 @@ fn judge<'a>(
     });
     let pinned = facts.iter().find_map(|f| f.slice);
     let ready = facts.len() == hosts as usize && facts.iter().all(|f| is_running_and_ready(f.pod));
-    let verdict = verdict(facts, hosts, tpu, pinned, epoch, inventory, now, grace);
+    let verdict = verdict(facts, judging, pinned, epoch, inventory);
+    let outdated = facts
+        .iter()
+        .any(|f| super::revision::is_outdated(f.template_hash, judging.template_hash));
     ObservedReplica {
         replica,
         pods: facts.iter().map(|f| f.pod).collect(),
@@ -182,25 +197,33 @@ fn judge<'a>(
         incarnation,
         slice: node_slice.or(pinned),
         ready,
+        outdated,
         verdict,
     }
 }
 
-/// The checks, in order: draining; lost nodes; members deleted, failed, exited or restarted;
-/// bad host indexes; incomplete (after a grace for fresh groups); mixed epochs.
-#[allow(clippy::too_many_arguments)]
+/// The checks, in order: draining; completed; lost nodes; members deleted, failed, exited or
+/// restarted; bad host indexes; incomplete (after a grace for fresh groups); mixed epochs.
 fn verdict(
     facts: &[PodFacts<'_>],
-    hosts: u32,
-    tpu: bool,
+    judging: &Judging<'_>,
     pinned: Option<&str>,
     epoch: Option<u64>,
     inventory: &Inventory,
-    now: Timestamp,
-    grace: SignedDuration,
 ) -> Verdict {
+    let Judging {
+        hosts,
+        tpu,
+        now,
+        grace,
+        ..
+    } = *judging;
     if facts.iter().all(|f| terminating(f.pod)) {
         return Verdict::Draining;
+    }
+    // Done work stays done: its nodes may go away once it has exited.
+    if judging.success_counts && completed(facts, hosts) {
+        return Verdict::Completed;
     }
     // Node loss first: when a slice goes away its pods also fail, and that is a preemption.
     let node_loss = if tpu {
@@ -209,7 +232,7 @@ fn verdict(
         None
     };
     let problem = node_loss
-        .or_else(|| member_lost(facts))
+        .or_else(|| member_lost(facts, judging.success_counts))
         .or_else(|| bad_host_index(facts, hosts));
     if let Some(reason) = problem {
         return Verdict::Broken(reason);
@@ -259,9 +282,19 @@ fn node_lost(
     }
 }
 
+/// Every host is there, with its own index, and exited 0.
+fn completed(facts: &[PodFacts<'_>], hosts: u32) -> bool {
+    facts.len() == hosts as usize
+        && bad_host_index(facts, hosts).is_none()
+        && facts
+            .iter()
+            .all(|f| f.pod.phase.as_deref() == Some("Succeeded"))
+}
+
 /// A member was deleted, failed, exited or restarted a container: the others cannot go on
-/// without it (a deletion is reported before anything else).
-fn member_lost(facts: &[PodFacts<'_>]) -> Option<DeleteReason> {
+/// without it (a deletion is reported before anything else). With `success_counts`, a
+/// member that exited 0 is done, not lost: its peers are left to finish.
+fn member_lost(facts: &[PodFacts<'_>], success_counts: bool) -> Option<DeleteReason> {
     if let Some(f) = facts.iter().find(|f| terminating(f.pod)) {
         return Some(DeleteReason::MemberDeleted {
             pod: f.pod.name().to_string(),
@@ -271,6 +304,7 @@ fn member_lost(facts: &[PodFacts<'_>]) -> Option<DeleteReason> {
         let pod = || f.pod.name().to_string();
         match f.pod.phase.as_deref() {
             Some("Failed") => Some(DeleteReason::MemberFailed { pod: pod() }),
+            Some("Succeeded") if success_counts => None,
             Some("Succeeded") => Some(DeleteReason::MemberExited { pod: pod() }),
             _ => f.pod.restarted_container.as_ref().map(|container| {
                 DeleteReason::ContainerRestarted {

@@ -150,22 +150,25 @@ impl<'a> Planner<'a> {
                 id: s.id.clone(),
                 single_host: s.single_host,
             }),
+            template_hash: memory.template_hash.clone(),
         };
         memory.next_incarnation += 1;
         if let Some(s) = slice {
             self.claimed.insert(s.id.clone());
         }
-        self.emit(
+        let after = super::EventAfter::Create(self.plan.create.len());
+        self.emit_after(
             EventType::Normal,
             "GroupCreated",
             format!(
-                "group {name}: creating replica {replica} ({} pods){}, epoch {}",
+                "group {name}: created replica {replica} ({} pods){}, epoch {}",
                 group.hosts,
                 slice
                     .map(|s| format!(" on slice {}", s.id))
                     .unwrap_or_default(),
                 memory.epoch
             ),
+            after,
         );
         self.plan.create.push(GroupCreate {
             group: name.to_string(),

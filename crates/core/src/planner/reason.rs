@@ -56,6 +56,16 @@ pub enum DeleteReason {
         group: String,
     },
     BadReplicaIndex,
+    /// The replica runs an outdated template (one of `outdated`); replaced by a current one.
+    TemplateChanged {
+        outdated: usize,
+    },
+    /// `spec.head` was removed.
+    HeadRemoved,
+    /// The run succeeded: pods still running are stopped.
+    RunSucceeded,
+    /// `ttlSecondsAfterFinished` has passed since the run succeeded.
+    TtlExpired,
     /// Our pods were deleted but their node's kubelet cannot confirm it: the node is gone,
     /// or unreachable past the grace.
     StuckTerminating {
@@ -101,6 +111,10 @@ impl DeleteReason {
             DeleteReason::BudgetExhausted => "BudgetExhausted",
             DeleteReason::UnknownGroup { .. } => "UnknownGroup",
             DeleteReason::BadReplicaIndex => "BadReplicaIndex",
+            DeleteReason::TemplateChanged { .. } => "TemplateChanged",
+            DeleteReason::RunSucceeded => "RunSucceeded",
+            DeleteReason::HeadRemoved => "HeadRemoved",
+            DeleteReason::TtlExpired => "TtlExpired",
             DeleteReason::StuckTerminating { .. } => "StuckTerminating",
         }
     }
@@ -142,6 +156,20 @@ impl fmt::Display for DeleteReason {
                 write!(f, "worker group {group:?} is no longer in the spec")
             }
             DeleteReason::BadReplicaIndex => write!(f, "missing or malformed replica index label"),
+            DeleteReason::TemplateChanged { outdated } => write!(
+                f,
+                "rolling update: the template changed ({outdated} outdated replica(s) left to replace)"
+            ),
+            DeleteReason::RunSucceeded => {
+                write!(f, "the run succeeded; stopping pods still running")
+            }
+            DeleteReason::HeadRemoved => write!(f, "spec.head was removed"),
+            DeleteReason::TtlExpired => {
+                write!(
+                    f,
+                    "ttlSecondsAfterFinished has passed since the run succeeded"
+                )
+            }
             DeleteReason::StuckTerminating { node, detail } => write!(
                 f,
                 "stuck Terminating on node {node} ({detail}); deleting without waiting for its kubelet"

@@ -24,6 +24,8 @@ pub struct GroupPlacement {
     pub slices_in_job: u32,
     /// The slice to pin to, or None for exclusive affinity (autoscaler provisions a slice).
     pub slice: Option<PinnedSlice>,
+    /// The group's current template hash (`revision::group_hash`).
+    pub template_hash: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,20 +63,9 @@ pub fn group_key(
     replica: u32,
     incarnation: u64,
 ) -> String {
-    // FNV-1a: stable across releases and platforms, unlike std's hasher.
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for part in [
-        namespace,
-        cluster,
-        group,
-        &replica.to_string(),
-        &incarnation.to_string(),
-    ] {
-        for b in part.bytes().chain(std::iter::once(0)) {
-            hash ^= u64::from(b);
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
+    let (replica, incarnation) = (replica.to_string(), incarnation.to_string());
+    let parts = [namespace, cluster, group, &replica, &incarnation];
+    let hash = super::revision::fnv1a(parts.iter().map(|p| p.as_bytes()));
     format!("{hash:016x}")
 }
 
@@ -137,6 +128,9 @@ pub fn head_pod(tc: &TrainCluster) -> Option<Pod> {
     let mut meta = head.template.metadata.clone().unwrap_or_default();
     let mut labels = meta.labels.take().unwrap_or_default();
     labels.extend(base_labels(&cluster, ROLE_HEAD));
+    if let Some(hash) = super::revision::head_hash(tc) {
+        labels.insert(LABEL_TEMPLATE_HASH.into(), hash);
+    }
     let mut spec = head.template.spec.clone().unwrap_or_default();
     spec.hostname = Some(name.clone());
     spec.subdomain = Some(headless_service_name(&cluster));
@@ -219,6 +213,7 @@ fn worker_pod_with(
     labels.insert(LABEL_EPOCH.into(), placement.epoch.to_string());
     labels.insert(LABEL_GROUP_KEY.into(), key.clone());
     labels.insert(LABEL_INCARNATION.into(), placement.incarnation.to_string());
+    labels.insert(LABEL_TEMPLATE_HASH.into(), placement.template_hash.clone());
     if let Some(slice) = &placement.slice {
         labels.insert(LABEL_SLICE.into(), slice.id.clone());
     }
@@ -249,12 +244,17 @@ fn worker_pod_with(
             None if shape.is_multi_host() => add_exclusive_affinity(&mut spec, &key),
             None => {}
         }
-        let env = tpu_env(tc, group, placement, host, hostnames);
+    }
+    let mut env: Vec<(String, String)> = tpu_env(tc, group, placement, host, hostnames)
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    env.extend(head_env(tc));
+    if !env.is_empty() {
         for container in &mut spec.containers {
             set_operator_env(container.env.get_or_insert_with(Vec::new), &env);
         }
     }
-
     owned_pod(tc, name, labels, meta.annotations, spec)
 }
 
@@ -310,18 +310,45 @@ pub fn tpu_env(
     env
 }
 
+/// Where workers find the head: its stable DNS name and each named port of its template
+/// (`SLICES_HEAD_PORT_<NAME>`, upper case, `-` as `_`). Empty without a head.
+pub fn head_env(tc: &TrainCluster) -> Vec<(String, String)> {
+    let Some(head) = tc.spec.head.as_ref() else {
+        return Vec::new();
+    };
+    let cluster = tc.metadata.name.as_deref().unwrap_or_default();
+    let host = format!(
+        "{}.{}",
+        head_pod_name(cluster),
+        headless_service_name(cluster)
+    );
+    let mut env = vec![(ENV_HEAD_HOST.to_string(), host)];
+    let containers = head.template.spec.iter().flat_map(|s| &s.containers);
+    for port in containers.flat_map(|c| c.ports.iter().flatten()) {
+        if let Some(name) = &port.name {
+            let key = format!(
+                "{ENV_HEAD_PORT_PREFIX}{}",
+                name.to_ascii_uppercase().replace('-', "_")
+            );
+            env.push((key, port.container_port.to_string()));
+        }
+    }
+    env
+}
+
 /// The operator is the authority for the contract's keys: drop any value the user (or a
-/// webhook-shaped template) set for them, every `MEGASCALE_*` key and the keys that would
-/// steer JAX elsewhere ([`ENV_RESERVED`]), then append ours.
+/// webhook-shaped template) set for them, every `MEGASCALE_*` and `SLICES_HEAD_*` key and
+/// the keys that would steer JAX elsewhere ([`ENV_RESERVED`]), then append ours.
 /// Other user env is kept in order.
-pub fn set_operator_env(env: &mut Vec<EnvVar>, ours: &[(&'static str, String)]) {
+pub fn set_operator_env<K: AsRef<str>>(env: &mut Vec<EnvVar>, ours: &[(K, String)]) {
     env.retain(|e| {
         !e.name.starts_with(ENV_MEGASCALE_PREFIX)
+            && !e.name.starts_with(ENV_HEAD_PORT_PREFIX)
             && !ENV_RESERVED.contains(&e.name.as_str())
-            && !ours.iter().any(|(k, _)| *k == e.name)
+            && !ours.iter().any(|(k, _)| k.as_ref() == e.name)
     });
     env.extend(ours.iter().map(|(k, v)| EnvVar {
-        name: (*k).to_string(),
+        name: k.as_ref().to_string(),
         value: Some(v.clone()),
         value_from: None,
     }));
@@ -382,8 +409,9 @@ pub fn preview_pods(
     slices: u32,
 ) -> Result<Vec<Pod>, Vec<crate::api::validate::FieldError>> {
     let groups = crate::api::validate::resolve(tc)?;
-    let mut pods = Vec::new();
+    let mut pods: Vec<Pod> = head_pod(tc).into_iter().collect();
     for group in &groups {
+        let template_hash = super::revision::group_hash(tc, group);
         for replica in 0..slices {
             let placement = GroupPlacement {
                 replica,
@@ -391,6 +419,7 @@ pub fn preview_pods(
                 incarnation: u64::from(replica),
                 slices_in_job: slices,
                 slice: None,
+                template_hash: template_hash.clone(),
             };
             pods.extend(group_pods(tc, group, &placement));
         }

@@ -44,7 +44,10 @@ pub(super) fn decide(
         let member_missing = !forming
             && !kept.is_empty()
             && (0..sizing.target).any(|i| kept.iter().all(|r| r.replica != i));
+        // Pods are immutable: a changed template reaches a multislice job as one new epoch.
+        let outdated = kept.iter().any(|r| r.outdated);
         let membership_changed = tally.broken_current_epoch
+            || outdated
             || member_missing
             || (sizing.resized() && !kept.is_empty())
             || kept.iter().any(|r| r.replica >= sizing.target);
@@ -86,11 +89,13 @@ impl Planner<'_> {
                 for replica in kept.drain(..) {
                     self.delete_quietly(name, replica, reason.clone());
                 }
-                if restarted > 0 {
-                    self.emit(
+                if restarted > 0 && !self.plan.delete.is_empty() {
+                    let last = super::EventAfter::Delete(self.plan.delete.len() - 1);
+                    self.emit_after(
                         EventType::Normal,
                         "GroupDeleted",
                         format!("group {name}: deleting {restarted} replica group(s): {reason}"),
+                        last,
                     );
                 }
             }

@@ -44,11 +44,12 @@ pub(super) fn stop_reason(failed: bool, suspended: bool, waiting: bool) -> Optio
 }
 
 /// How many slices the group should run, given what `memory` says is available now.
+/// `hold`: some replicas have finished their work, so the size they finished at stays.
 pub(super) fn decide(
     spec: &TrainClusterSpec,
     group: &ResolvedGroup<'_>,
     memory: &GroupStatus,
-    failed: bool,
+    (failed, hold): (bool, bool),
     now: Timestamp,
 ) -> SizeDecision {
     let fixed = |target| SizeDecision {
@@ -58,6 +59,9 @@ pub(super) fn decide(
     };
     if failed || spec.suspend {
         return fixed(0);
+    }
+    if hold {
+        return fixed(memory.desired_slices);
     }
     // Nothing to count (no TPU shape, or autoscaler mode): ask for max and let the
     // scheduler, or a cluster autoscaler, find room.
@@ -85,10 +89,11 @@ impl Planner<'_> {
         group: &ResolvedGroup<'_>,
         memory: &mut GroupStatus,
         failed: bool,
+        hold: bool,
     ) -> Sizing {
         let spec = &self.tc.spec;
         let name = group.name();
-        let decision = decide(spec, group, memory, failed, self.now);
+        let decision = decide(spec, group, memory, (failed, hold), self.now);
         let sizing = Sizing {
             target: decision.target,
             previous_target: memory.desired_slices,
@@ -161,14 +166,17 @@ mod tests {
         let mut scene = Scene::fresh(Membership::Independent, 1, 4, 0);
         let group = scene.group();
         let spec = &scene.world.cluster.spec;
-        assert_eq!(decide(spec, &group, &memory(4, 2), true, at(0)).target, 0);
+        assert_eq!(
+            decide(spec, &group, &memory(4, 2), (true, false), at(0)).target,
+            0
+        );
         scene.world.cluster.spec.suspend = true;
         let group = scene.group();
         let decision = decide(
             &scene.world.cluster.spec,
             &group,
             &memory(4, 2),
-            false,
+            (false, false),
             at(0),
         );
         assert_eq!((decision.target, decision.waiting), (0, false));
@@ -184,7 +192,7 @@ mod tests {
             &scene.world.cluster.spec,
             &group,
             &memory(0, 0),
-            false,
+            (false, false),
             at(0),
         );
         assert_eq!((decision.target, decision.waiting), (4, false));
@@ -195,12 +203,15 @@ mod tests {
         let scene = Scene::fresh(Membership::Independent, 2, 4, 0);
         let group = scene.group();
         let spec = &scene.world.cluster.spec;
-        let waiting = decide(spec, &group, &memory(1, 0), false, at(0));
+        let waiting = decide(spec, &group, &memory(1, 0), (false, false), at(0));
         assert_eq!((waiting.target, waiting.waiting), (0, true));
-        assert_eq!(decide(spec, &group, &memory(3, 0), false, at(0)).target, 3);
+        assert_eq!(
+            decide(spec, &group, &memory(3, 0), (false, false), at(0)).target,
+            3
+        );
         let mut resized = memory(4, 3);
         resized.last_resize_time = Some(at(0).to_string());
-        let early = decide(spec, &group, &resized, false, at(10));
+        let early = decide(spec, &group, &resized, (false, false), at(10));
         assert_eq!((early.target, early.grow_at), (3, Some(at(60))));
     }
 
@@ -227,7 +238,7 @@ mod tests {
         let group = scene.group();
         let mut planner = scene.planner();
         let mut mem = memory(2, 3);
-        let sizing = planner.size_group(&group, &mut mem, false);
+        let sizing = planner.size_group(&group, &mut mem, false, false);
         assert_eq!(
             sizing,
             Sizing {
@@ -246,7 +257,7 @@ mod tests {
         // Unchanged next time: no event, no new resize time.
         let mut planner = scene.planner();
         mem.last_resize_time = None;
-        assert!(!planner.size_group(&group, &mut mem, false).resized());
+        assert!(!planner.size_group(&group, &mut mem, false, false).resized());
         assert!(planner.plan.events.is_empty() && mem.last_resize_time.is_none());
     }
 
@@ -257,7 +268,7 @@ mod tests {
         let mut planner = scene.planner();
         assert!(
             planner
-                .size_group(&group, &mut memory(1, 0), false)
+                .size_group(&group, &mut memory(1, 0), false, false)
                 .waiting()
         );
         assert_eq!(planner.plan.events[0].reason, "WaitingForSlices");
@@ -273,7 +284,7 @@ mod tests {
         let mut planner = scene.planner();
         assert!(
             planner
-                .size_group(&group, &mut memory(1, 0), false)
+                .size_group(&group, &mut memory(1, 0), false, false)
                 .waiting()
         );
         assert!(planner.plan.events.is_empty(), "already waiting");
@@ -286,7 +297,7 @@ mod tests {
         let mut planner = scene.planner();
         let mut mem = memory(4, 2);
         mem.last_resize_time = Some(scene.world.now.to_string());
-        assert_eq!(planner.size_group(&group, &mut mem, false).target, 2);
+        assert_eq!(planner.size_group(&group, &mut mem, false, false).target, 2);
         assert_eq!(
             planner.wake,
             Some(scene.world.now + SignedDuration::from_secs(60))

@@ -19,6 +19,7 @@ pub(super) fn cluster_status(
     tc: &TrainCluster,
     previous: &TrainClusterStatus,
     groups: &[GroupView<'_>],
+    head_exhausted: Option<&str>,
     now: Timestamp,
 ) -> TrainClusterStatus {
     let generation = tc.metadata.generation;
@@ -31,10 +32,19 @@ pub(super) fn cluster_status(
         available_slices: sum(|g| g.available_slices),
         restarts: sum(|g| g.restarts),
         preemptions: sum(|g| g.preemptions),
+        updated_slices: sum(|g| g.updated_slices),
+        completion_time: None,
+        create_failures: previous.create_failures,
+        create_retry_after: previous.create_retry_after.clone(),
         conditions: previous.conditions.clone(),
         groups: groups.iter().map(|g| g.status.clone()).collect(),
+        head: None,
     };
-    let exhausted: Vec<&str> = groups.iter().filter_map(|g| g.exhausted).collect();
+    let exhausted: Vec<&str> = groups
+        .iter()
+        .filter_map(|g| g.exhausted)
+        .chain(head_exhausted)
+        .collect();
     status.phase = phase(tc, groups, &status, !exhausted.is_empty());
     set_conditions(&mut status, groups, &exhausted, generation, now);
     status
@@ -47,8 +57,9 @@ fn phase(
     status: &TrainClusterStatus,
     exhausted: bool,
 ) -> Phase {
+    // Finished replicas are as good as ready: they did what they were for.
     let all_ready = groups.iter().all(|g| {
-        g.status.ready_slices == g.status.desired_slices
+        g.status.ready_slices + g.status.completed_slices == g.status.desired_slices
             && g.status.replicas.len() as u32 == g.status.desired_slices
     });
     if exhausted {
@@ -150,6 +161,7 @@ fn phase_reason(phase: Phase) -> &'static str {
         Phase::Suspended => "Suspended",
         Phase::Failed => "RestartBudgetExhausted",
         Phase::Invalid => "InvalidSpec",
+        Phase::Succeeded => "Succeeded",
     }
 }
 
@@ -229,7 +241,7 @@ mod tests {
     fn phase_for(groups: &[GroupView<'_>], suspend: bool) -> Phase {
         let mut tc = train_cluster(Membership::Independent, 1, 2);
         tc.spec.suspend = suspend;
-        cluster_status(&tc, &TrainClusterStatus::default(), groups, at(0)).phase
+        cluster_status(&tc, &TrainClusterStatus::default(), groups, None, at(0)).phase
     }
 
     #[test]
@@ -272,7 +284,7 @@ mod tests {
             min: 2,
             ..view(&short)
         };
-        let status = cluster_status(&tc, &TrainClusterStatus::default(), &[spent], at(0));
+        let status = cluster_status(&tc, &TrainClusterStatus::default(), &[spent], None, at(0));
         let condition = |type_: &str| {
             let c = status.conditions.iter().find(|c| c.type_ == type_).unwrap();
             (c.status.as_str(), c.reason.as_str(), c.message.as_str())

@@ -19,7 +19,15 @@ fn running() -> World {
 /// Observe every pod of the scene as one 4-host TPU group.
 fn observe(scene: &Scene) -> (BTreeMap<u32, ObservedReplica<'_>>, Vec<&LeanPod>) {
     let facts = scene.facts();
-    replicas(&facts, 4, true, &scene.inventory, scene.world.now, GRACE)
+    let judging = Judging {
+        hosts: 4,
+        tpu: true,
+        success_counts: false,
+        template_hash: "",
+        now: scene.world.now,
+        grace: GRACE,
+    };
+    replicas(&facts, &judging, &scene.inventory)
 }
 
 fn verdict_of(scene: &Scene, index: u32) -> Verdict {
@@ -193,7 +201,7 @@ fn a_member_that_exited_or_restarted_breaks_its_group_and_a_deletion_is_named_fi
     let fine = lean_pod("fine");
     let reason = |pods: &[&LeanPod]| {
         let facts: Vec<_> = pods.iter().map(|p| facts_of(p, Some(0))).collect();
-        member_lost(&facts)
+        member_lost(&facts, false)
     };
     assert_eq!(reason(&[&fine]), None);
     assert_eq!(

@@ -125,7 +125,7 @@ fn each_created_replica_takes_the_next_free_slice_and_a_new_incarnation() {
     assert!(planner.claimed.contains("pool-0") && planner.claimed.contains("pool-1"));
     assert_eq!(
         planner.plan.events[0].note,
-        "group workers: creating replica 1 (4 pods) on slice pool-0, epoch 1"
+        "group workers: created replica 1 (4 pods) on slice pool-0, epoch 1"
     );
     assert_eq!(planner.wake, None);
 }

@@ -5,13 +5,14 @@ mod creation;
 mod elastic;
 mod failures;
 mod hygiene;
+mod lifecycle;
 mod recovery;
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
 use jiff::SignedDuration;
-use k8s_openapi::api::core::v1::{EnvVar, Pod};
+use k8s_openapi::api::core::v1::{ContainerPort, EnvVar, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::cluster::Planner;
@@ -129,6 +130,7 @@ pub(super) fn replica(
         incarnation: 0,
         slice: None,
         ready: true,
+        outdated: false,
         verdict,
     }
 }

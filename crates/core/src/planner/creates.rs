@@ -1,0 +1,174 @@
+//! Creates the API server rejected: a condition with the server's own message (it names the
+//! field), one event, and a growing wait before the next try. The executor reports the
+//! rejection ([`record_rejection`]) and the next successful create clears it
+//! ([`clear_rejection`]); the planner holds creates back until the wait is over ([`hold`]).
+
+use jiff::{SignedDuration, Timestamp};
+
+use super::{EventType, PlannedEvent, parse_time, policy, status::set_condition};
+use crate::api::{CONDITION_REPLICA_FAILURE, Condition, TrainClusterStatus};
+
+/// First wait after a rejected create; doubles with each rejection in a row.
+pub const REJECTED_CREATE_BACKOFF: SignedDuration = SignedDuration::from_secs(10);
+/// Longest wait between tries of a rejected create.
+pub const REJECTED_CREATE_MAX_BACKOFF: SignedDuration = SignedDuration::from_secs(300);
+
+/// Until when creates wait after a rejection, if they still do. A new spec (the user's fix)
+/// is tried at once.
+pub(super) fn hold(
+    previous: &TrainClusterStatus,
+    fresh_spec: bool,
+    now: Timestamp,
+) -> Option<Timestamp> {
+    if fresh_spec {
+        return None;
+    }
+    parse_time(previous.create_retry_after.as_deref()).filter(|t| *t > now)
+}
+
+/// The status after the API server rejected a create with `message`, and the event to emit:
+/// one per new message (a retry rejected for the same reason says nothing new).
+pub fn record_rejection(
+    status: &TrainClusterStatus,
+    what: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> (TrainClusterStatus, Option<PlannedEvent>) {
+    let mut next = status.clone();
+    next.create_failures = status.create_failures.saturating_add(1);
+    let wait = policy::backoff(
+        next.create_failures,
+        REJECTED_CREATE_BACKOFF,
+        REJECTED_CREATE_MAX_BACKOFF,
+    );
+    next.create_retry_after = now.saturating_add(wait).ok().map(|t| t.to_string());
+    let text = format!(
+        "the API server rejected {what}: {message}; fix the template in the TrainCluster spec (retrying in {}s)",
+        wait.as_secs()
+    );
+    let news = rejection_message(status).map(stem) != Some(stem(&text));
+    set_condition(
+        &mut next,
+        CONDITION_REPLICA_FAILURE,
+        true,
+        "FailedCreate",
+        &text,
+        generation,
+        now,
+    );
+    let event = news.then(|| PlannedEvent {
+        type_: EventType::Warning,
+        reason: "FailedCreate",
+        note: super::truncate(&text, 1000),
+        after: None,
+    });
+    (next, event)
+}
+
+/// The message of the current rejection, if there is one.
+pub fn rejection_message(status: &TrainClusterStatus) -> Option<&str> {
+    rejection(status).map(|c| c.message.as_str())
+}
+
+fn rejection(status: &TrainClusterStatus) -> Option<&Condition> {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == CONDITION_REPLICA_FAILURE && c.status == "True")
+}
+
+/// The message without its retry time, which changes with every try.
+fn stem(message: &str) -> &str {
+    message.split(" (retrying in ").next().unwrap_or(message)
+}
+
+/// The status after a create went through: no rejection, no wait. None if nothing changes.
+pub fn clear_rejection(status: &TrainClusterStatus) -> Option<TrainClusterStatus> {
+    if rejection(status).is_none() && status.create_failures == 0 {
+        return None;
+    }
+    let mut next = status.clone();
+    next.create_failures = 0;
+    next.create_retry_after = None;
+    next.conditions
+        .retain(|c| c.type_ != CONDITION_REPLICA_FAILURE);
+    Some(next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::at;
+
+    #[test]
+    fn a_rejection_sets_the_condition_with_the_servers_message_and_waits_longer_each_time() {
+        let message =
+            r#"Pod "demo-workers-0-0" is invalid: spec.containers[0].image: Required value"#;
+        let (first, event) = record_rejection(
+            &TrainClusterStatus::default(),
+            "pod demo-workers-0-0",
+            message,
+            Some(2),
+            at(0),
+        );
+        assert_eq!(first.create_failures, 1);
+        assert_eq!(first.create_retry_after, Some(at(10).to_string()));
+        let condition = rejection(&first).expect("condition set");
+        assert_eq!(condition.reason, "FailedCreate");
+        assert!(
+            condition
+                .message
+                .contains("spec.containers[0].image: Required value")
+        );
+        assert_eq!(condition.observed_generation, Some(2));
+        let event = event.expect("one event for a new rejection");
+        assert_eq!(
+            (event.type_, event.reason),
+            (EventType::Warning, "FailedCreate")
+        );
+
+        let (second, again) =
+            record_rejection(&first, "pod demo-workers-0-0", message, Some(2), at(10));
+        assert_eq!(second.create_failures, 2);
+        assert_eq!(
+            second.create_retry_after,
+            Some(at(30).to_string()),
+            "20 s the second time"
+        );
+        assert!(again.is_none(), "the same rejection again is no news");
+
+        let (_, other) = record_rejection(
+            &second,
+            "pod demo-workers-0-0",
+            "quota exceeded",
+            Some(2),
+            at(30),
+        );
+        assert!(other.is_some(), "a different rejection is news");
+    }
+
+    #[test]
+    fn the_hold_lasts_until_the_retry_time_unless_the_spec_changed() {
+        let (status, _) =
+            record_rejection(&TrainClusterStatus::default(), "pod p", "bad", None, at(0));
+        assert_eq!(hold(&status, false, at(5)), Some(at(10)));
+        assert_eq!(hold(&status, false, at(10)), None, "over once reached");
+        assert_eq!(
+            hold(&status, true, at(5)),
+            None,
+            "a fixed spec is tried at once"
+        );
+    }
+
+    #[test]
+    fn a_create_that_goes_through_clears_the_rejection_once() {
+        let (status, _) =
+            record_rejection(&TrainClusterStatus::default(), "pod p", "bad", None, at(0));
+        let cleared = clear_rejection(&status).expect("something to clear");
+        assert_eq!(cleared.create_failures, 0);
+        assert_eq!(cleared.create_retry_after, None);
+        assert!(rejection(&cleared).is_none());
+        assert_eq!(clear_rejection(&cleared), None, "nothing left to clear");
+    }
+}

@@ -1,0 +1,134 @@
+//! The head pod: one per cluster, named after it, part of the cluster's life. A failed head
+//! is charged to its own restart budget and replaced after a backoff; a head on an outdated
+//! template is replaced; the head is stopped while the cluster is suspended or failed.
+
+use super::cluster::Planner;
+use super::{DeleteReason, EventAfter, EventType, budget, render, revision};
+use crate::api::{HeadStatus, TrainClusterStatus};
+use crate::inventory::is_terminal;
+use crate::lean::LeanPod;
+
+/// What the planner remembers of the head; with `reset_budget`, its failures are forgotten.
+pub(super) fn memory(previous: &TrainClusterStatus, reset_budget: bool) -> HeadStatus {
+    let mut head = previous.head.clone().unwrap_or_default();
+    if reset_budget {
+        head.restarts = 0;
+        head.backoff_until = None;
+    }
+    head
+}
+
+/// The failed head pod not counted yet, if there is one: a head pod of the right name that
+/// ended (a head exiting 0 is a failure unless `successPolicy: Head` made it the success).
+fn newly_failed<'p>(cluster: &str, pods: &[&'p LeanPod], head: &HeadStatus) -> Option<&'p LeanPod> {
+    let name = render::head_pod_name(cluster);
+    pods.iter().copied().find(|p| {
+        p.name() == name
+            && is_terminal(p)
+            && p.metadata.uid.is_some()
+            && p.metadata.uid != head.counted_uid
+    })
+}
+
+impl Planner<'_> {
+    /// Charge a newly failed head pod to the head's budget and back off. Returns why the
+    /// budget is spent, if it is.
+    pub(super) fn judge_head(
+        &mut self,
+        pods: &[&LeanPod],
+        head: &mut HeadStatus,
+    ) -> Option<String> {
+        let cluster = self.tc.metadata.name.as_deref().unwrap_or_default();
+        let failed = newly_failed(cluster, pods, head)?;
+        let policy = &self.tc.spec.failure_policy;
+        head.counted_uid = failed.metadata.uid.clone();
+        let mut counts = crate::api::GroupStatus {
+            restarts: head.restarts,
+            ..Default::default()
+        };
+        let tally = super::judge::Tally {
+            failures: 1,
+            ..Default::default()
+        };
+        let exhausted = budget::charge("head", &mut counts, &tally, policy, self.now);
+        head.restarts = counts.restarts;
+        head.last_failure_time = counts.last_failure_time;
+        head.backoff_until = counts.backoff_until;
+        self.emit(
+            EventType::Warning,
+            "HeadFailed",
+            format!(
+                "head pod {} ended ({}); restarts {}/{}",
+                failed.name(),
+                failed.phase.as_deref().unwrap_or("unknown"),
+                head.restarts,
+                policy.max_restarts
+            ),
+        );
+        exhausted
+    }
+
+    /// Keep exactly one current head pod while the cluster runs: delete a failed, misnamed
+    /// or outdated one (or every one while the cluster is stopped), and create it once none
+    /// is left and its backoff is over.
+    pub(super) fn place_head(&mut self, pods: &[&LeanPod], head: &mut HeadStatus, failed: bool) {
+        let spec = &self.tc.spec;
+        let cluster = self.tc.metadata.name.as_deref().unwrap_or_default();
+        let current = revision::head_hash(self.tc);
+        head.template_hash = current.clone();
+        let stop = if spec.suspend {
+            Some(DeleteReason::Suspended)
+        } else if failed {
+            Some(DeleteReason::BudgetExhausted)
+        } else {
+            None
+        };
+        let wanted = spec.head.is_some() && stop.is_none();
+        for pod in pods {
+            let reason = if !wanted {
+                Some(stop.clone().unwrap_or(DeleteReason::HeadRemoved))
+            } else if is_terminal(pod) {
+                Some(DeleteReason::MemberFailed {
+                    pod: pod.name().to_string(),
+                })
+            } else if pod.name() != render::head_pod_name(cluster) {
+                Some(DeleteReason::BadReplicaIndex)
+            } else if current.as_deref().is_some_and(|c| {
+                revision::is_outdated(pod.label(crate::constants::LABEL_TEMPLATE_HASH), c)
+            }) {
+                Some(DeleteReason::TemplateChanged { outdated: 1 })
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                self.delete_whole("head", None, reason, &[pod]);
+            }
+        }
+        if !wanted || !pods.is_empty() {
+            return;
+        }
+        let backoff = budget::backoff_pending(&as_group(head), self.now).or(self.create_hold);
+        match backoff {
+            Some(t) => self.wake_at(t),
+            None => {
+                self.plan.create_head = render::head_pod(self.tc);
+                let name = render::head_pod_name(cluster);
+                self.emit_after(
+                    EventType::Normal,
+                    "HeadCreated",
+                    format!("creating head pod {name}"),
+                    EventAfter::Head,
+                );
+            }
+        }
+    }
+}
+
+/// The head's backoff in the shape the group budget functions read.
+fn as_group(head: &HeadStatus) -> crate::api::GroupStatus {
+    crate::api::GroupStatus {
+        restarts: head.restarts,
+        backoff_until: head.backoff_until.clone(),
+        ..Default::default()
+    }
+}
