@@ -237,8 +237,20 @@ pub async fn create_group(api: &Api<Pod>, group: &GroupCreate, concurrency: usiz
         replica: group.replica,
         created: created.len(),
         total,
+        rejected: rejection(&cause),
         cause: cause.to_string(),
     })
+}
+
+/// The API server's message when it refused an object as it is: a 4xx other than a conflict
+/// (409, news about names) or throttling (429). Sending it again cannot help.
+pub fn rejection(e: &kube::Error) -> Option<String> {
+    match e {
+        kube::Error::Api(s) if (400..500).contains(&s.code) && s.code != 409 && s.code != 429 => {
+            Some(s.message.clone())
+        }
+        _ => None,
+    }
 }
 
 /// A create answered 409 AlreadyExists: news, not an error to retry. If the pod of that name

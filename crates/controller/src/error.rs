@@ -21,7 +21,12 @@ pub enum Error {
         created: usize,
         total: usize,
         cause: String,
+        /// The API server's message when it rejected the pods as they are (4xx other than
+        /// conflict and throttling): retrying the same pods cannot help.
+        rejected: Option<String>,
     },
+    #[error("the API server rejected the head pod: {0}")]
+    HeadRejected(String),
     #[error("lost the leader lease {0}; stopping so a new leader can take over")]
     LeadershipLost(String),
     #[error("{0} did not answer in time")]
@@ -44,10 +49,30 @@ impl Error {
             Error::Serialize { .. } => "serialize",
             Error::MissingNamespace(_) => "missing_namespace",
             Error::PartialGroup { .. } => "partial_group",
+            Error::HeadRejected(_) => "head_rejected",
             Error::LeadershipLost(_) => "leadership_lost",
             Error::Timeout(_) => "timeout",
             Error::Config(_) => "config",
             Error::Io(_) => "io",
+        }
+    }
+}
+
+impl Error {
+    /// What the API server rejected and its message, if this is such a rejection.
+    pub fn rejection(&self) -> Option<(String, &str)> {
+        match self {
+            Error::PartialGroup {
+                group,
+                replica,
+                rejected: Some(message),
+                ..
+            } => Some((
+                format!("the pods of group {group} replica {replica}"),
+                message,
+            )),
+            Error::HeadRejected(message) => Some(("the head pod".to_string(), message)),
+            _ => None,
         }
     }
 }

@@ -236,12 +236,12 @@ async fn reconcile_inner(tc: &TrainCluster, ctx: &Context, namespace: &str) -> R
         });
         plan
     };
-    let mut created = 0;
-    let applied = apply_plan(ctx, tc, &observed, &plan, relists, &mut created).await;
-    if applied.is_err() {
+    let mut progress = Progress::default();
+    let applied = apply_plan(ctx, tc, &observed, &plan, relists, &mut progress).await;
+    if applied.is_err() || progress.creates < plan.create.len() {
         // Creates not made (or rolled back) are not coming; they hold no slice.
         ctx.with_memory(&uid, |m| {
-            let names = plan.create[created..].iter().flat_map(|c| &c.pods);
+            let names = plan.create[progress.creates..].iter().flat_map(|c| &c.pods);
             m.outstanding
                 .withdraw_created(names.filter_map(|p| p.metadata.name.as_deref()))
         });
@@ -281,38 +281,98 @@ async fn planner_memory(
     }))
 }
 
-/// Apply a plan: the Service, the status, events, deletes, then creates. `created` counts the
-/// groups created so far, so a failure can withdraw the expectations of the rest.
+/// How far a plan's actions went: deletes and creates are applied in order.
+#[derive(Debug, Default)]
+struct Progress {
+    deletes: usize,
+    creates: usize,
+    head: bool,
+}
+
+impl Progress {
+    /// Whether the action an event reports went through.
+    fn done(&self, after: Option<planner::EventAfter>) -> bool {
+        match after {
+            None => true,
+            Some(planner::EventAfter::Delete(i)) => i < self.deletes,
+            Some(planner::EventAfter::Create(i)) => i < self.creates,
+            Some(planner::EventAfter::Head) => self.head,
+        }
+    }
+}
+
+/// Apply a plan: the Service, the status, deletes, then creates; then the events of what
+/// went through. A create the API server rejects becomes a condition (see
+/// `planner::creates`), not an error: retrying at once cannot help.
 async fn apply_plan(
     ctx: &Context,
     tc: &TrainCluster,
     observed: &TrainCluster,
     plan: &planner::Plan,
     relists: u64,
-    created: &mut usize,
+    progress: &mut Progress,
 ) -> Result<()> {
     let (namespace, name, uid) = (tc.namespace().unwrap_or_default(), tc.name_any(), uid(tc));
     let service_api: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
     apply::ensure_service(&service_api, &plan.service).await?;
-
+    let api: Api<TrainCluster> = Api::namespaced(ctx.client.clone(), &namespace);
     // Status first: it carries the planner's memory (epoch, incarnations, failures counted),
     // so a crash after it converges instead of repeating decisions.
     if observed.status.as_ref() != Some(&plan.status) {
-        let api: Api<TrainCluster> = Api::namespaced(ctx.client.clone(), &namespace);
-        if let Err(e) = apply::write_status(&api, &name, &plan.status).await {
-            ctx.with_memory(&uid, |m| m.outstanding.status_unknown());
-            return Err(e);
-        }
-        ctx.with_memory(&uid, |m| m.outstanding.wrote_status(plan.status.clone()));
+        write_memory(ctx, &api, &name, &uid, &plan.status).await?;
         if observed.status.as_ref().map(|s| s.phase) != Some(plan.status.phase) {
             info!(phase = ?plan.status.phase, desired = plan.status.desired_slices, ready = plan.status.ready_slices, "phase changed");
         }
     }
-
-    let acted = apply_pods(ctx, tc, plan, relists, created).await;
+    let acted = apply_pods(ctx, tc, plan, relists, progress).await;
     // After the actions (the status change above is one): an event says what happened.
-    events::publish(ctx, tc, &plan.events).await;
-    acted
+    let done: Vec<_> = plan
+        .events
+        .iter()
+        .filter(|e| progress.done(e.after))
+        .cloned()
+        .collect();
+    events::publish(ctx, tc, &done).await;
+    match acted {
+        Err(e) if e.rejection().is_some() => {
+            let (what, message) = e.rejection().expect("checked");
+            warn!(%what, %message, "the API server rejected a create");
+            let (status, event) = planner::creates::record_rejection(
+                &plan.status,
+                &what,
+                message,
+                tc.metadata.generation,
+                jiff::Timestamp::now(),
+            );
+            write_memory(ctx, &api, &name, &uid, &status).await?;
+            events::publish(ctx, tc, &event.into_iter().collect::<Vec<_>>()).await;
+            Ok(())
+        }
+        Err(e) => Err(e),
+        Ok(()) if progress.creates > 0 || progress.head => {
+            if let Some(status) = planner::creates::clear_rejection(&plan.status) {
+                write_memory(ctx, &api, &name, &uid, &status).await?;
+            }
+            Ok(())
+        }
+        Ok(()) => Ok(()),
+    }
+}
+
+/// Write the planner's memory (the status) and remember it until the cache shows it.
+async fn write_memory(
+    ctx: &Context,
+    api: &Api<TrainCluster>,
+    name: &str,
+    uid: &str,
+    status: &TrainClusterStatus,
+) -> Result<()> {
+    if let Err(e) = apply::write_status(api, name, status).await {
+        ctx.with_memory(uid, |m| m.outstanding.status_unknown());
+        return Err(e);
+    }
+    ctx.with_memory(uid, |m| m.outstanding.wrote_status(status.clone()));
+    Ok(())
 }
 
 /// Deletes, then creates, then the head pod.
@@ -321,7 +381,7 @@ async fn apply_pods(
     tc: &TrainCluster,
     plan: &planner::Plan,
     relists: u64,
-    created: &mut usize,
+    progress: &mut Progress,
 ) -> Result<()> {
     let (namespace, uid) = (tc.namespace().unwrap_or_default(), uid(tc));
     let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -347,10 +407,11 @@ async fn apply_pods(
             m.outstanding
                 .expect_deleted(uids, delete.reason.force(), relists, Instant::now())
         });
+        progress.deletes += 1;
     }
     for create in &plan.create {
         apply::create_group(&pod_api, create, ctx.config.api_concurrency).await?;
-        *created += 1;
+        progress.creates += 1;
         info!(group = %create.group, replica = create.replica, epoch = create.epoch, slice = ?create.slice, pods = create.pods.len(), "created group");
         ctx.metrics.groups_created.inc();
     }
@@ -362,8 +423,14 @@ async fn apply_pods(
         match apply::bounded(pod_api.create(&params, pod)).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => return Err(e.into()),
+            Err(e) => {
+                return Err(match apply::rejection(&e) {
+                    Some(message) => Error::HeadRejected(message),
+                    None => e.into(),
+                });
+            }
         }
+        progress.head = true;
     }
     Ok(())
 }

@@ -64,6 +64,21 @@ pub fn crash_status_patch(
 
 /// Status patch of a failed pod: phase Failed, every container terminated with `exit_code`.
 pub fn fail_status_patch(pod: &Pod, exit_code: i32) -> serde_json::Value {
+    terminated_status_patch(pod, exit_code)
+}
+
+/// Status patch of a pod whose containers all exited 0 (restartPolicy Never or OnFailure):
+/// phase Succeeded, as a kubelet writes it.
+pub fn complete_status_patch(pod: &Pod) -> serde_json::Value {
+    terminated_status_patch(pod, 0)
+}
+
+/// Every container terminated with `exit_code`: phase Failed, or Succeeded for exit 0.
+fn terminated_status_patch(pod: &Pod, exit_code: i32) -> serde_json::Value {
+    let (phase, reason) = match exit_code {
+        0 => ("Succeeded", "Completed"),
+        _ => ("Failed", "Error"),
+    };
     let now = now_rfc3339();
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let names: Vec<(String, String, i32)> = match pod
@@ -97,7 +112,7 @@ pub fn fail_status_patch(pod: &Pod, exit_code: i32) -> serde_json::Value {
                 "ready": false,
                 "started": false,
                 "restartCount": restarts,
-                "state": {"terminated": {"exitCode": exit_code, "reason": "Error", "finishedAt": now}},
+                "state": {"terminated": {"exitCode": exit_code, "reason": reason, "finishedAt": now}},
             })
         })
         .collect();
@@ -112,12 +127,12 @@ pub fn fail_status_patch(pod: &Pod, exit_code: i32) -> serde_json::Value {
         .collect();
     for t in ["Ready", "ContainersReady"] {
         conditions.push(
-            json!({"type": t, "status": "False", "reason": "PodFailed", "lastTransitionTime": now}),
+            json!({"type": t, "status": "False", "reason": if exit_code == 0 { "PodCompleted" } else { "PodFailed" }, "lastTransitionTime": now}),
         );
     }
     json!({"status": {
-        "phase": "Failed",
-        "reason": "Error",
+        "phase": phase,
+        "reason": reason,
         "message": format!("container exited with code {exit_code} (simulated)"),
         "conditions": conditions,
         "containerStatuses": statuses,
@@ -150,6 +165,16 @@ pub async fn fail_pod(
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let p = api.get(pod).await?;
     let patch = fail_status_patch(&p, exit_code);
+    api.patch_status(pod, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// Ends a pod's containers with exit 0 (see [`complete_status_patch`]).
+pub async fn complete_pod(client: &Client, namespace: &str, pod: &str) -> Result<(), SimError> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let p = api.get(pod).await?;
+    let patch = complete_status_patch(&p);
     api.patch_status(pod, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     Ok(())

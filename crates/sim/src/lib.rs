@@ -50,7 +50,7 @@ use std::future::Future;
 
 use kube::Client;
 
-pub use faults::{crash_container, delete_pod, evict_pod, fail_pod};
+pub use faults::{complete_pod, crash_container, delete_pod, evict_pod, fail_pod};
 pub use kubelet::{FakeKubelet, KubeletEvent, KubeletOptions, SchedulerMode};
 pub use nodes::{
     NodeLifecycleTiming, NodePoolSpec, NodeReadiness, PreemptionPhase, PreemptionTiming, add_pool,

@@ -132,9 +132,18 @@ pub fn head_pod(tc: &TrainCluster) -> Option<Pod> {
         labels.insert(LABEL_TEMPLATE_HASH.into(), hash);
     }
     let mut spec = head.template.spec.clone().unwrap_or_default();
+    default_restart_policy(&mut spec);
     spec.hostname = Some(name.clone());
     spec.subdomain = Some(headless_service_name(&cluster));
     Some(owned_pod(tc, name, labels, meta.annotations, spec))
+}
+
+/// `Never` unless the template says otherwise: the operator replaces a group whose container
+/// restarted anyway, and only a container that is not restarted can end the pod `Succeeded`
+/// (with the API's default, `Always`, a worker that exits 0 is restarted forever).
+fn default_restart_policy(spec: &mut PodSpec) {
+    spec.restart_policy
+        .get_or_insert_with(|| "Never".to_string());
 }
 
 /// A pod controlled by the TrainCluster, in its namespace.
@@ -219,6 +228,7 @@ fn worker_pod_with(
     }
 
     let mut spec: PodSpec = template.spec.clone().unwrap_or_default();
+    default_restart_policy(&mut spec);
     spec.hostname = Some(name.clone());
     spec.subdomain = Some(headless_service_name(cluster));
     if let Some(shape) = &group.shape {

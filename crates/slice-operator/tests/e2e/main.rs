@@ -4,6 +4,7 @@
 //! installed by the chart (`make e2e`, `make e2e-kind`).
 
 mod harness;
+mod lifecycle;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
