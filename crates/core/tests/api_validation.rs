@@ -270,3 +270,18 @@ fn every_problem_is_reported_at_once() {
     tc.spec.worker_groups[0].tpu.as_mut().unwrap().accelerator = "tpu-v9".into();
     assert_eq!(errors_of(&tc).len(), 2);
 }
+
+#[test]
+fn cel_rejects_success_by_head_without_a_head() {
+    let mut m = manifest();
+    m["spec"]["successPolicy"] = json!("Head");
+    let errors = cel_errors(&m);
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("spec.successPolicy Head needs spec.head")),
+        "{errors:?}"
+    );
+    m["spec"]["head"] = json!({"template": {"spec": {"containers": [{"name": "head", "image": "ray"}]}}});
+    assert_eq!(cel_errors(&m), Vec::<String>::new());
+}

@@ -33,6 +33,7 @@ use super::TrainClusterStatus;
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self.workerGroups.all(g, self.workerGroups.exists_one(h, h.name == g.name))").message("spec.workerGroups[].name must be unique; rename the duplicate group"))]
+#[x_kube(validation = Rule::new("!has(self.successPolicy) || self.successPolicy != 'Head' || has(self.head)").message("spec.successPolicy Head needs spec.head: add a head, or use AllWorkers"))]
 pub struct TrainClusterSpec {
     /// Optional coordinator (e.g. Ray head) pod. Not part of any slice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
