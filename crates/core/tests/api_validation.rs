@@ -282,6 +282,7 @@ fn cel_rejects_success_by_head_without_a_head() {
             .any(|e| e.contains("spec.successPolicy Head needs spec.head")),
         "{errors:?}"
     );
-    m["spec"]["head"] = json!({"template": {"spec": {"containers": [{"name": "head", "image": "ray"}]}}});
+    m["spec"]["head"] =
+        json!({"template": {"spec": {"containers": [{"name": "head", "image": "ray"}]}}});
     assert_eq!(cel_errors(&m), Vec::<String>::new());
 }
