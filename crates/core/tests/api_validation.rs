@@ -286,3 +286,26 @@ fn cel_rejects_success_by_head_without_a_head() {
         json!({"template": {"spec": {"containers": [{"name": "head", "image": "ray"}]}}});
     assert_eq!(cel_errors(&m), Vec::<String>::new());
 }
+
+#[test]
+fn a_topology_gke_does_not_offer_is_refused_with_the_list() {
+    let mut m = manifest();
+    m["spec"]["workerGroups"][0]["tpu"]["topology"] = json!("4x5");
+    let errors = cel_errors(&m);
+    assert!(
+        errors.iter().any(|e| e.contains("tpu.topology")
+            && e.contains("1x1, 2x2, 2x4, 4x4, 4x8, 8x8, 8x16 or 16x16")),
+        "{errors:?}"
+    );
+    let mut tc = train_cluster(Membership::Multislice, 1, 2);
+    tc.spec.worker_groups[0].tpu.as_mut().unwrap().topology = "4x5".into();
+    let errors = validate::resolve(&tc).unwrap_err();
+    assert_eq!(errors[0].field, "spec.workerGroups[0].tpu.topology");
+    assert!(
+        errors[0]
+            .message
+            .contains("choose one of 1x1, 2x2, 2x4, 4x4, 4x8, 8x8, 8x16, 16x16"),
+        "{}",
+        errors[0].message
+    );
+}

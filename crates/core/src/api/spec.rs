@@ -147,6 +147,7 @@ pub struct WorkerGroupSpec {
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!(self.accelerator in ['tpu-v5-lite-podslice', 'tpu-v6e-slice']) || self.topology in ['1x1', '2x2', '2x4', '4x4', '4x8', '8x8', '8x16', '16x16']").message("tpu.topology: GKE offers tpu-v5-lite-podslice and tpu-v6e-slice slices only as 1x1, 2x2, 2x4, 4x4, 4x8, 8x8, 8x16 or 16x16; choose one of these"))]
 pub struct TpuSpec {
     /// GKE accelerator label value (`cloud.google.com/gke-tpu-accelerator`).
     #[x_kube(validation = Rule::new("self in ['tpu-v4-podslice', 'tpu-v5-lite-podslice', 'tpu-v5p-slice', 'tpu-v6e-slice', 'tpu7x']").message("tpu.accelerator must be one of tpu-v4-podslice, tpu-v5-lite-podslice, tpu-v5p-slice, tpu-v6e-slice, tpu7x"))]

@@ -153,6 +153,15 @@ pub fn resolve(tc: &TrainCluster) -> Result<Vec<ResolvedGroup<'_>>, Vec<FieldErr
                     (explicit, req) => explicit.or(req),
                 };
                 match SliceShape::resolve(&tpu.accelerator, &tpu.topology, chips) {
+                    Ok(shape)
+                        if crate::tpu::not_offered(shape.generation, &shape.topology).is_some() =>
+                    {
+                        errors.push(FieldError {
+                            field: format!("{at}.tpu.topology"),
+                            message: crate::tpu::not_offered(shape.generation, &shape.topology)
+                                .unwrap_or_default(),
+                        })
+                    }
                     Ok(shape) => groups.push(ResolvedGroup {
                         spec: group,
                         hosts: shape.hosts,

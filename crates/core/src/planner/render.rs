@@ -133,6 +133,7 @@ pub fn head_pod(tc: &TrainCluster) -> Option<Pod> {
     }
     let mut spec = head.template.spec.clone().unwrap_or_default();
     default_restart_policy(&mut spec);
+    default_host_network_dns(&mut spec);
     spec.hostname = Some(name.clone());
     spec.subdomain = Some(headless_service_name(&cluster));
     Some(owned_pod(tc, name, labels, meta.annotations, spec))
@@ -144,6 +145,38 @@ pub fn head_pod(tc: &TrainCluster) -> Option<Pod> {
 fn default_restart_policy(spec: &mut PodSpec) {
     spec.restart_policy
         .get_or_insert_with(|| "Never".to_string());
+}
+
+/// `hostNetwork: true` pods resolve cluster names only with `ClusterFirstWithHostNet`
+/// (with the default `ClusterFirst` they use the node's resolver, and the
+/// `<pod>.<headless service>` names of `TPU_WORKER_HOSTNAMES` do not resolve). A policy the
+/// user set is kept.
+fn default_host_network_dns(spec: &mut PodSpec) {
+    if spec.host_network == Some(true) && spec.dns_policy.is_none() {
+        spec.dns_policy = Some("ClusterFirstWithHostNet".into());
+    }
+}
+
+/// A TPU worker gets its slice's chips only if a container asks for `google.com/tpu`: when
+/// none does, the first container is given `chips_per_host` as request and limit (without
+/// it JAX sees no chips and Ray registers no TPU slice).
+fn ensure_tpu_request(spec: &mut PodSpec, chips_per_host: u32) {
+    let asks = spec.containers.iter().any(|c| {
+        c.resources.as_ref().is_some_and(|r| {
+            [&r.requests, &r.limits]
+                .iter()
+                .any(|m| m.as_ref().is_some_and(|m| m.contains_key(TPU_RESOURCE)))
+        })
+    });
+    let Some(first) = spec.containers.first_mut().filter(|_| !asks) else {
+        return;
+    };
+    let chips = k8s_openapi::apimachinery::pkg::api::resource::Quantity(chips_per_host.to_string());
+    let resources = first.resources.get_or_insert_with(Default::default);
+    for map in [&mut resources.requests, &mut resources.limits] {
+        map.get_or_insert_with(BTreeMap::new)
+            .insert(TPU_RESOURCE.to_string(), chips.clone());
+    }
 }
 
 /// A pod controlled by the TrainCluster, in its namespace.
@@ -229,6 +262,10 @@ fn worker_pod_with(
 
     let mut spec: PodSpec = template.spec.clone().unwrap_or_default();
     default_restart_policy(&mut spec);
+    default_host_network_dns(&mut spec);
+    if let Some(shape) = &group.shape {
+        ensure_tpu_request(&mut spec, shape.chips_per_host);
+    }
     spec.hostname = Some(name.clone());
     spec.subdomain = Some(headless_service_name(cluster));
     if let Some(shape) = &group.shape {

@@ -4,6 +4,9 @@
 
 use std::fmt;
 
+mod offered;
+pub use offered::{TOPOLOGIES_2D, not_offered};
+
 /// A TPU generation, identified on GKE by the `cloud.google.com/gke-tpu-accelerator` label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Generation {

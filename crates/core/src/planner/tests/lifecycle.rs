@@ -374,3 +374,57 @@ fn events_about_actions_name_the_action_they_wait_for() {
         [Some(EventAfter::Create(0)), Some(EventAfter::Create(1))]
     );
 }
+
+#[test]
+fn rendered_pods_get_what_real_tpu_clients_need() {
+    // chipsPerHost set, no google.com/tpu request in the template.
+    let mut tc = train_cluster(Membership::Multislice, 1, 1);
+    let group = &mut tc.spec.worker_groups[0];
+    group.tpu.as_mut().unwrap().chips_per_host = Some(4);
+    group.template.spec.as_mut().unwrap().containers[0].resources = None;
+    let pods = render::preview_pods(&tc, 1).unwrap();
+    let resources = pods[0].spec.as_ref().unwrap().containers[0]
+        .resources
+        .clone()
+        .unwrap();
+    for map in [resources.requests.unwrap(), resources.limits.unwrap()] {
+        assert_eq!(map[TPU_RESOURCE].0, "4", "request and limit added");
+    }
+    let spec = pods[0].spec.as_ref().unwrap();
+    assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+    assert_eq!(spec.dns_policy, None, "no hostNetwork, no change");
+
+    // hostNetwork: true, as GKE's multislice examples run workers.
+    let template = tc.spec.worker_groups[0].template.spec.as_mut().unwrap();
+    template.host_network = Some(true);
+    template.restart_policy = Some("OnFailure".into());
+    let pods = render::preview_pods(&tc, 1).unwrap();
+    let spec = pods[0].spec.as_ref().unwrap();
+    assert_eq!(spec.dns_policy.as_deref(), Some("ClusterFirstWithHostNet"));
+    assert_eq!(
+        spec.restart_policy.as_deref(),
+        Some("OnFailure"),
+        "the user's own policy"
+    );
+    tc.spec.worker_groups[0]
+        .template
+        .spec
+        .as_mut()
+        .unwrap()
+        .dns_policy = Some("Default".into());
+    let pods = render::preview_pods(&tc, 1).unwrap();
+    assert_eq!(
+        pods[0].spec.as_ref().unwrap().dns_policy.as_deref(),
+        Some("Default")
+    );
+
+    // A template that asks for chips itself is left alone.
+    let tc = train_cluster(Membership::Multislice, 1, 1);
+    let pods = render::preview_pods(&tc, 1).unwrap();
+    let resources = pods[0].spec.as_ref().unwrap().containers[0]
+        .resources
+        .clone()
+        .unwrap();
+    assert_eq!(resources.requests, None);
+    assert_eq!(resources.limits.unwrap()[TPU_RESOURCE].0, "4");
+}
