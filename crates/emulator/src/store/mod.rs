@@ -25,7 +25,6 @@ mod history;
 mod ids;
 mod list;
 mod meta;
-mod pod_spec;
 mod resources;
 mod write;
 
