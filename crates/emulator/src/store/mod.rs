@@ -25,6 +25,7 @@ mod history;
 mod ids;
 mod list;
 mod meta;
+mod pod_spec;
 mod resources;
 mod write;
 

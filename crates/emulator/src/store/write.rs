@@ -87,6 +87,12 @@ impl Store {
                 )],
             ));
         }
+        if info.group.is_empty() && info.kind == "Pod" {
+            let causes = super::pod_spec::problems(&obj);
+            if !causes.is_empty() {
+                return Err(ApiError::invalid(&info.kind, &info.group, &name, causes));
+            }
+        }
         let key = Self::obj_key(info, ns.or(body_ns.as_deref()), &name);
         let key = (
             meta_str(&obj, "namespace").unwrap_or(&key.0).to_string(),

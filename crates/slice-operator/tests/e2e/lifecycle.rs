@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
-use slice_core::api::{HeadSpec, Membership, Phase, SuccessPolicy};
+use slice_core::api::{CONDITION_REPLICA_FAILURE, HeadSpec, Membership, Phase, SuccessPolicy};
 use slice_core::constants::*;
 
-use super::env_with;
 use super::harness::{label, uid};
+use super::{env_with, reconcile_count};
 
 /// The reasons of the events about `name`.
 async fn event_reasons(env: &super::harness::Env, name: &str) -> Vec<String> {
@@ -140,6 +140,88 @@ async fn a_head_that_exits_0_ends_the_run_and_its_failures_back_off() {
         uid(&second),
         "the finished head stays for its logs"
     );
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejected_template_is_reported_backed_off_and_runs_once_fixed() {
+    let env = env_with("rejected", 1).await;
+    let mut tc = env.train_cluster("bad", Membership::Independent, 1, 1);
+    tc.spec.worker_groups[0]
+        .template
+        .spec
+        .as_mut()
+        .unwrap()
+        .containers[0]
+        .image = None;
+    env.create(&tc).await;
+    let condition = env
+        .wait_for(
+            "the rejection in status",
+            Duration::from_secs(30),
+            || async {
+                let status = env.tcs().get("bad").await.ok()?.status?;
+                status
+                    .conditions
+                    .into_iter()
+                    .find(|c| c.type_ == CONDITION_REPLICA_FAILURE && c.status == "True")
+            },
+        )
+        .await;
+    assert_eq!(condition.reason, "FailedCreate");
+    assert!(
+        condition
+            .message
+            .contains("spec.containers[0].image: Required value"),
+        "the server's message names the field: {}",
+        condition.message
+    );
+    // Retries wait: over 6 s at most two more tries (10 s backoff, then 20 s).
+    let posts = || async {
+        match &env.emulator {
+            Some(e) => e
+                .requests()
+                .all()
+                .iter()
+                .filter(|r| r.method == "POST" && r.path.ends_with("/pods"))
+                .count(),
+            None => 0,
+        }
+    };
+    let tries_before = posts().await;
+    let reconciles = reconcile_count(&env).await;
+    tokio::time::sleep(Duration::from_secs(6)).await; // a window to count retries in, not a sync
+    assert!(posts().await - tries_before <= 1, "backoff between retries");
+    assert!(reconcile_count(&env).await >= reconciles);
+    let reasons = event_reasons(&env, "bad").await;
+    assert!(
+        !reasons.contains(&"GroupCreated".to_string()),
+        "{reasons:?}"
+    );
+    assert_eq!(
+        reasons.iter().filter(|r| *r == "FailedCreate").count(),
+        1,
+        "{reasons:?}"
+    );
+    // The fix is tried at once and clears the condition.
+    let patch = json!({"spec": {"workerGroups": [serde_json::to_value(&{
+        let mut g = tc.spec.worker_groups[0].clone();
+        g.template.spec.as_mut().unwrap().containers[0].image = Some("python:3.11".into());
+        g
+    }).unwrap()]}});
+    env.tcs()
+        .patch("bad", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let (tc, _) = env.wait_running("bad", 1, 4).await;
+    let status = tc.status.unwrap();
+    assert!(
+        !status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == CONDITION_REPLICA_FAILURE)
+    );
+    assert_eq!(status.restarts, 0);
     env.stop().await;
 }
 
