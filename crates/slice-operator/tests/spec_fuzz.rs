@@ -478,6 +478,10 @@ enum Expect {
     },
     /// A shape without node pools: waits.
     Waiting,
+    /// Its pods would be created, but a worker template is one the API server refuses as a
+    /// pod (no containers, a container without a name or image): a `ReplicaFailure`
+    /// condition, no pods, retries with backoff.
+    Rejected,
     /// A shape without node pools and `waitForReadySlices: false`: its pods are created and
     /// wait (for an autoscaler) in Pending; those of groups with node pools run.
     Unscheduled {
@@ -496,6 +500,7 @@ fn expect(object: &Value) -> Expect {
     if tc.spec.suspend {
         return Expect::Suspended;
     }
+    let rejected = groups.iter().any(|g| refused_as_pod(&g.spec.template));
     // A group without tpu (hostsPerGroup) is not placed on slices: alone, it just runs.
     let provisioned = |g: &slice_core::api::validate::ResolvedGroup<'_>| {
         g.spec.tpu.as_ref().is_none_or(|tpu| {
@@ -508,6 +513,9 @@ fn expect(object: &Value) -> Expect {
         |g: &slice_core::api::validate::ResolvedGroup<'_>| (g.spec.slices.max * g.hosts) as usize;
     if !groups.iter().all(provisioned) {
         if !tc.spec.elastic.wait_for_ready_slices {
+            if rejected {
+                return Expect::Rejected;
+            }
             return Expect::Unscheduled {
                 pods: groups.iter().map(pods).sum(),
                 running: groups.iter().filter(|g| provisioned(g)).map(pods).sum(),
@@ -515,11 +523,49 @@ fn expect(object: &Value) -> Expect {
         }
         return Expect::Waiting;
     }
+    if rejected {
+        return Expect::Rejected;
+    }
     Expect::Running {
         groups: groups.len() as u32,
         slices: groups.iter().map(|g| g.spec.slices.max).sum(),
         pods: groups.iter().map(pods).sum(),
     }
+}
+
+/// A pod of this template is one kube-apiserver refuses (`ValidatePodCreate`): no
+/// containers, or a container without a DNS-label name (unique in the pod) or an image.
+fn refused_as_pod(template: &k8s_openapi::api::core::v1::PodTemplateSpec) -> bool {
+    let containers = template
+        .spec
+        .as_ref()
+        .map(|s| s.containers.as_slice())
+        .unwrap_or_default();
+    let label = |n: &str| {
+        !n.is_empty()
+            && n.len() <= 63
+            && n.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !n.starts_with('-')
+            && !n.ends_with('-')
+    };
+    let names: BTreeSet<&str> = containers.iter().map(|c| c.name.as_str()).collect();
+    containers.is_empty()
+        || names.len() != containers.len()
+        || containers
+            .iter()
+            .any(|c| !label(&c.name) || c.image.as_deref().is_none_or(|i| i.trim().is_empty()))
+}
+
+/// Objects whose head or worker pods the API server refuses: they retry creates with
+/// backoff, so their writes are expected in any window.
+fn retrying(object: &Value) -> bool {
+    let Ok(tc) = serde_json::from_value::<TrainCluster>(object.clone()) else {
+        return false;
+    };
+    let head = tc.spec.head.as_ref().map(|h| &h.template);
+    let workers = tc.spec.worker_groups.iter().map(|g| &g.template);
+    head.into_iter().chain(workers).any(refused_as_pod)
 }
 
 /// Slices of each provisioned shape the objects that resolve would need.
@@ -582,6 +628,16 @@ fn settled(expect: &Expect, object: &Value) -> bool {
         }
         Expect::Suspended => phase == Phase::Suspended,
         Expect::Waiting => phase == Phase::WaitingForSlices,
+        Expect::Rejected => status["conditions"].as_array().is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c["type"] == "ReplicaFailure"
+                    && c["status"] == "True"
+                    && c["reason"] == "FailedCreate"
+                    && c["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("spec.containers"))
+            })
+        }),
         Expect::Unscheduled { .. } => phase == Phase::Pending,
         Expect::Running { slices, .. } => {
             phase == Phase::Running && status["readySlices"] == json!(slices)
@@ -594,13 +650,25 @@ const TOUCHED: &str = "fuzz.slices.dev/touched";
 
 /// Writes since `mark` other than lease renewals and the test's own annotation patches;
 /// a status write is shown as the fields it changed.
-fn unexpected_writes(emulator: &slice_emulator::Emulator, mark: u64) -> Vec<String> {
+fn unexpected_writes(
+    emulator: &slice_emulator::Emulator,
+    mark: u64,
+    retrying: &BTreeSet<String>,
+) -> Vec<String> {
     let all = emulator.requests().all();
+    // A retry of a refused create writes the pods (refused again) and the status.
+    let retry = |path: &str| {
+        retrying
+            .iter()
+            .any(|n| path.ends_with(&format!("/trainclusters/{n}/status")))
+    };
     emulator
         .requests()
         .writes_since_list(mark)
         .into_iter()
         .filter(|r| !r.path.contains("/leases/"))
+        .filter(|r| !retry(&r.path))
+        .filter(|r| !(r.method == "POST" && r.path.ends_with("/pods") && r.status == 422))
         .filter(|r| !(r.method == "PATCH" && r.body.contains(TOUCHED)))
         .map(|r| {
             let previous = all
@@ -803,6 +871,11 @@ async fn hundreds_of_mutated_train_clusters_are_rejected_or_settle_and_stay_quie
     );
     let expected: BTreeMap<String, Expect> =
         stored.iter().map(|(n, o)| (n.clone(), expect(o))).collect();
+    let retrying: BTreeSet<String> = stored
+        .iter()
+        .filter(|(_, o)| retrying(o))
+        .map(|(n, _)| n.clone())
+        .collect();
     let deadline = Duration::from_secs(30);
     let first_phase = std::sync::Mutex::new(BTreeMap::<String, Duration>::new());
     let phases = env
@@ -910,7 +983,7 @@ async fn hundreds_of_mutated_train_clusters_are_rejected_or_settle_and_stay_quie
     // loop on a timer shows up here). An observation window, not a synchronisation.
     let quiet = emulator.requests().mark();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let writes = unexpected_writes(emulator, quiet);
+    let writes = unexpected_writes(emulator, quiet, &retrying);
     if !writes.is_empty() {
         problems.push(format!(
             "{} writes in a quiet window after everything settled:\n{}",
@@ -937,7 +1010,7 @@ async fn hundreds_of_mutated_train_clusters_are_rejected_or_settle_and_stay_quie
     )
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await; // observation window, as above
-    let writes = unexpected_writes(emulator, touched);
+    let writes = unexpected_writes(emulator, touched, &retrying);
     if !writes.is_empty() {
         problems.push(format!(
             "{} writes by reconciles of settled objects (after a metadata-only change):\n{}",
@@ -972,6 +1045,9 @@ async fn hundreds_of_mutated_train_clusters_are_rejected_or_settle_and_stay_quie
         }
         let ok = match e {
             Expect::Malformed | Expect::Invalid => events.len() == 1,
+            Expect::Rejected => {
+                by_reason.get("FailedCreate") == Some(&1) && !by_reason.contains_key("GroupCreated")
+            }
             Expect::Running { groups, slices, .. } => by_reason.iter().all(|(reason, n)| {
                 *n <= if *reason == "GroupCreated" {
                     *slices
