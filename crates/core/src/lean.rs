@@ -38,6 +38,9 @@ pub struct LeanPod {
     pub ready: bool,
     /// The first container that has restarted, if any.
     pub restarted_container: Option<String>,
+    /// The first container that ended with a non-zero exit code and was not restarted
+    /// (`restartPolicy: Never`): its pod may stay Running while other containers run.
+    pub failed_container: Option<String>,
 }
 
 /// A Node as the inventory sees it.
@@ -224,6 +227,18 @@ mod wire {
         #[serde(default)]
         name: String,
         restart_count: Option<i32>,
+        state: Option<ContainerState>,
+    }
+
+    #[derive(Deserialize)]
+    struct ContainerState {
+        terminated: Option<Terminated>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Terminated {
+        exit_code: Option<i32>,
     }
 
     impl From<Pod> for LeanPod {
@@ -247,12 +262,20 @@ mod wire {
                 .unwrap_or_default()
                 .iter()
                 .any(|c| c.type_ == "Ready" && c.status == "True");
-            let restarted_container = status
+            let containers = status
                 .as_ref()
                 .and_then(|s| s.container_statuses.as_deref())
-                .unwrap_or_default()
+                .unwrap_or_default();
+            let restarted_container = containers
                 .iter()
                 .find(|c| c.restart_count.unwrap_or(0) > 0)
+                .map(|c| c.name.clone());
+            let failed_container = containers
+                .iter()
+                .find(|c| {
+                    let ended = c.state.as_ref().and_then(|s| s.terminated.as_ref());
+                    ended.is_some_and(|t| t.exit_code.unwrap_or(1) != 0)
+                })
                 .map(|c| c.name.clone());
             LeanPod {
                 metadata: pod
@@ -264,6 +287,7 @@ mod wire {
                 phase: status.and_then(|s| s.phase),
                 ready,
                 restarted_container,
+                failed_container,
             }
         }
     }

@@ -149,10 +149,78 @@ pub async fn crash_container(
 ) -> Result<(), SimError> {
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let p = api.get(pod).await?;
-    let patch = crash_status_patch(&p, container, exit_code)?;
+    let patch = if restarts_containers(&p, exit_code) {
+        crash_status_patch(&p, container, exit_code)?
+    } else {
+        end_container_patch(&p, container, exit_code)?
+    };
     api.patch_status(pod, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     Ok(())
+}
+
+/// Whether the kubelet restarts a container of `pod` that exited with `exit_code`
+/// (`restartPolicy` Always, the API default, or OnFailure for a non-zero exit).
+pub fn restarts_containers(pod: &Pod, exit_code: i32) -> bool {
+    match pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) {
+        Some("Never") => false,
+        Some("OnFailure") => exit_code != 0,
+        _ => true,
+    }
+}
+
+/// Status patch of a container that ended and is not restarted (`restartPolicy: Never`):
+/// that container terminated with `exit_code`, the pod not ready; once every container has
+/// ended, the pod's phase is Failed (or Succeeded when all exited 0), as a kubelet writes it.
+pub fn end_container_patch(
+    pod: &Pod,
+    container: Option<&str>,
+    exit_code: i32,
+) -> Result<serde_json::Value, SimError> {
+    let pod_name = pod.metadata.name.clone().unwrap_or_default();
+    let statuses = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.clone())
+        .unwrap_or_default();
+    let idx = match container {
+        None => 0,
+        Some(c) => statuses
+            .iter()
+            .position(|s| s.name == c)
+            .ok_or_else(|| SimError::NotFound(format!("container {c} in pod {pod_name}")))?,
+    };
+    let ended = |i: usize, s: &k8s_openapi::api::core::v1::ContainerStatus| {
+        i == idx || s.state.as_ref().is_some_and(|st| st.terminated.is_some())
+    };
+    if statuses.iter().enumerate().all(|(i, s)| ended(i, s)) {
+        return Ok(terminated_status_patch(pod, exit_code));
+    }
+    let now = now_rfc3339();
+    let mut out = Vec::new();
+    for (i, s) in statuses.into_iter().enumerate() {
+        let mut v = serde_json::to_value(&s)?;
+        if i == idx {
+            v["ready"] = json!(false);
+            v["started"] = json!(false);
+            v["state"] = json!({"terminated": {"exitCode": exit_code, "reason": "Error", "finishedAt": now}});
+        }
+        out.push(v);
+    }
+    // A merge patch replaces lists whole: keep the other conditions as they are.
+    let mut conditions: Vec<serde_json::Value> = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| c.type_ != "Ready" && c.type_ != "ContainersReady")
+        .filter_map(|c| serde_json::to_value(c).ok())
+        .collect();
+    for t in ["Ready", "ContainersReady"] {
+        conditions.push(json!({"type": t, "status": "False", "reason": "ContainersNotReady", "lastTransitionTime": now}));
+    }
+    Ok(json!({"status": {"conditions": conditions, "containerStatuses": out}}))
 }
 
 /// Fails a pod (see [`fail_status_patch`]).
@@ -237,6 +305,54 @@ mod tests {
             conds
                 .iter()
                 .any(|c| c["type"] == "PodScheduled" && c["status"] == "True")
+        );
+    }
+
+    #[test]
+    fn a_container_that_is_not_restarted_ends_and_the_last_one_ends_the_pod() {
+        let mut p = running(tpu_pod("a", 4));
+        assert!(restarts_containers(&p, 1), "Always is the API default");
+        p.spec.as_mut().unwrap().restart_policy = Some("Never".into());
+        assert!(!restarts_containers(&p, 1));
+        let only = end_container_patch(&p, None, 137).unwrap();
+        assert_eq!(
+            only["status"]["phase"], "Failed",
+            "its only container ended"
+        );
+        let done = complete_status_patch(&p);
+        assert_eq!(done["status"]["phase"], "Succeeded");
+        assert_eq!(
+            done["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"],
+            0
+        );
+
+        // With a sidecar still running the pod stays Running, not ready.
+        let mut sidecar = p
+            .status
+            .as_ref()
+            .unwrap()
+            .container_statuses
+            .clone()
+            .unwrap()[0]
+            .clone();
+        sidecar.name = "sidecar".into();
+        p.status
+            .as_mut()
+            .unwrap()
+            .container_statuses
+            .as_mut()
+            .unwrap()
+            .push(sidecar);
+        let patch = end_container_patch(&p, None, 137).unwrap();
+        assert!(patch["status"].get("phase").is_none());
+        let c = &patch["status"]["containerStatuses"][0];
+        assert_eq!(c["state"]["terminated"]["exitCode"], 137);
+        assert_eq!(c["restartCount"], 0, "not restarted");
+        assert!(patch["status"]["containerStatuses"][1]["state"]["running"].is_object());
+        let conds = patch["status"]["conditions"].as_array().unwrap();
+        assert!(
+            conds.iter().any(|c| c["type"] == "PodScheduled"),
+            "other conditions kept"
         );
     }
 }

@@ -232,3 +232,18 @@ fn objects_missing_required_fields_still_parse() {
     assert_eq!(node.taint_keys, [""]);
     assert_eq!(node.ready, None, "a condition without a type is not Ready");
 }
+
+#[test]
+fn a_container_that_exited_non_zero_and_was_not_restarted_is_kept() {
+    let mut served = served_pod();
+    served["status"]["containerStatuses"][1]["restartCount"] = json!(0);
+    served["status"]["containerStatuses"][1]["state"] =
+        json!({"terminated": {"exitCode": 137, "reason": "Error"}});
+    let pod: LeanPod = serde_json::from_value(served.clone()).unwrap();
+    assert_eq!(pod.failed_container.as_deref(), Some("worker"));
+    assert_eq!(pod.restarted_container, None);
+    served["status"]["containerStatuses"][1]["state"] =
+        json!({"terminated": {"exitCode": 0, "reason": "Completed"}});
+    let done: LeanPod = serde_json::from_value(served).unwrap();
+    assert_eq!(done.failed_container, None, "exit 0 is no failure");
+}

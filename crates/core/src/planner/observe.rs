@@ -306,12 +306,21 @@ fn member_lost(facts: &[PodFacts<'_>], success_counts: bool) -> Option<DeleteRea
             Some("Failed") => Some(DeleteReason::MemberFailed { pod: pod() }),
             Some("Succeeded") if success_counts => None,
             Some("Succeeded") => Some(DeleteReason::MemberExited { pod: pod() }),
-            _ => f.pod.restarted_container.as_ref().map(|container| {
-                DeleteReason::ContainerRestarted {
-                    pod: pod(),
-                    container: container.clone(),
-                }
-            }),
+            _ => {
+                let restarted = f.pod.restarted_container.as_ref().map(|container| {
+                    DeleteReason::ContainerRestarted {
+                        pod: pod(),
+                        container: container.clone(),
+                    }
+                });
+                restarted.or_else(|| {
+                    let container = f.pod.failed_container.clone()?;
+                    Some(DeleteReason::ContainerFailed {
+                        pod: pod(),
+                        container,
+                    })
+                })
+            }
         }
     })
 }

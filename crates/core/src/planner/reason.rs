@@ -25,6 +25,12 @@ pub enum DeleteReason {
         pod: String,
         container: String,
     },
+    /// A container exited non-zero and was not restarted (`restartPolicy: Never`), while
+    /// others of the pod still run.
+    ContainerFailed {
+        pod: String,
+        container: String,
+    },
     MemberDeleted {
         pod: String,
     },
@@ -79,7 +85,8 @@ impl DeleteReason {
         match self {
             DeleteReason::MemberFailed { .. }
             | DeleteReason::MemberExited { .. }
-            | DeleteReason::ContainerRestarted { .. } => DisruptionKind::Failure,
+            | DeleteReason::ContainerRestarted { .. }
+            | DeleteReason::ContainerFailed { .. } => DisruptionKind::Failure,
             DeleteReason::NodeLost { .. } | DeleteReason::MemberDeleted { .. } => {
                 DisruptionKind::Preemption
             }
@@ -98,6 +105,7 @@ impl DeleteReason {
             DeleteReason::MemberFailed { .. } => "MemberFailed",
             DeleteReason::MemberExited { .. } => "MemberExited",
             DeleteReason::ContainerRestarted { .. } => "ContainerRestarted",
+            DeleteReason::ContainerFailed { .. } => "ContainerFailed",
             DeleteReason::MemberDeleted { .. } => "MemberDeleted",
             DeleteReason::NodeLost { .. } => "NodeLost",
             DeleteReason::Incomplete { .. } => "Incomplete",
@@ -127,6 +135,9 @@ impl fmt::Display for DeleteReason {
             DeleteReason::MemberExited { pod } => write!(f, "pod {pod} exited"),
             DeleteReason::ContainerRestarted { pod, container } => {
                 write!(f, "container {container} of pod {pod} restarted")
+            }
+            DeleteReason::ContainerFailed { pod, container } => {
+                write!(f, "container {container} of pod {pod} exited with an error")
             }
             DeleteReason::MemberDeleted { pod } => write!(f, "pod {pod} was deleted"),
             DeleteReason::NodeLost { pod, detail } => {

@@ -4,6 +4,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::*;
 use crate::api::Membership;
+use crate::planner::DisruptionKind;
 use crate::planner::tests::{Scene, lean_pod, replica};
 use crate::testing::*;
 
@@ -222,6 +223,43 @@ fn a_member_that_exited_or_restarted_breaks_its_group_and_a_deletion_is_named_fi
         Some(DeleteReason::MemberDeleted {
             pod: "deleted".into()
         })
+    );
+    // restartPolicy Never: the crashed container stays ended while a sidecar runs on.
+    let mut crashed = lean_pod("crashed");
+    crashed.phase = Some("Running".into());
+    crashed.failed_container = Some("main".into());
+    assert_eq!(
+        reason(&[&fine, &crashed]),
+        Some(DeleteReason::ContainerFailed {
+            pod: "crashed".into(),
+            container: "main".into()
+        })
+    );
+    assert_eq!(
+        DeleteReason::ContainerFailed {
+            pod: "p".into(),
+            container: "c".into()
+        }
+        .kind(),
+        DisruptionKind::Failure
+    );
+}
+
+#[test]
+fn with_success_by_workers_a_member_that_exited_0_is_done_not_lost() {
+    let mut exited = lean_pod("exited");
+    exited.phase = Some("Succeeded".into());
+    let fine = lean_pod("fine");
+    let facts = [facts_of(&exited, Some(0)), facts_of(&fine, Some(1))];
+    assert_eq!(member_lost(&facts, true), None);
+    assert!(!completed(&facts, 2), "one host still runs");
+    let mut also = lean_pod("also");
+    also.phase = Some("Succeeded".into());
+    let both = [facts_of(&exited, Some(0)), facts_of(&also, Some(1))];
+    assert!(completed(&both, 2));
+    assert!(
+        !completed(&both[..1], 2),
+        "a missing host is not completion"
     );
 }
 
