@@ -309,3 +309,12 @@ fn a_topology_gke_does_not_offer_is_refused_with_the_list() {
         errors[0].message
     );
 }
+
+#[test]
+fn operator_validation_refuses_success_by_head_without_a_head() {
+    let mut tc = train_cluster(Membership::Multislice, 1, 2);
+    tc.spec.success_policy = slice_core::api::SuccessPolicy::Head;
+    let errors = validate::resolve(&tc).unwrap_err();
+    assert_eq!(errors[0].field, "spec.successPolicy");
+    assert!(errors[0].message.contains("add a head or use AllWorkers"));
+}

@@ -202,6 +202,12 @@ pub fn resolve(tc: &TrainCluster) -> Result<Vec<ResolvedGroup<'_>>, Vec<FieldErr
             }),
         }
     }
+    if spec.success_policy == super::SuccessPolicy::Head && spec.head.is_none() {
+        errors.push(FieldError {
+            field: "spec.successPolicy".into(),
+            message: "Head needs spec.head (the head pod whose exit 0 ends the run); add a head or use AllWorkers".into(),
+        });
+    }
     if errors.is_empty() {
         Ok(groups)
     } else {
