@@ -75,8 +75,11 @@ impl<'a> Planner<'a> {
         // Replicas observed but not kept are leaving: deleted now, or already draining.
         let leaving = observed.len() - kept.len();
         let occupied: BTreeSet<u32> = observed.keys().copied().collect();
-        let backoff_until = budget::backoff_pending(&memory, self.now).or(self.create_hold);
-        let wanted = if sizing.target > 0 && backoff_until.is_none() && !failed {
+        let backoff_until = budget::backoff_pending(&memory, self.now);
+        // After a rejected create, nothing is created until the wait is over either; that
+        // is no restart (the phase stays as it was, the ReplicaFailure condition says why).
+        let held = backoff_until.or(self.create_hold);
+        let wanted = if sizing.target > 0 && held.is_none() && !failed {
             place::wanted_replicas(multislice, sizing.target, &occupied, kept.len(), leaving)
         } else {
             Vec::new()
