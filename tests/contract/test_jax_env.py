@@ -45,6 +45,8 @@ from jax._src import distributed as jax_distributed
 from jax._src.clusters import cloud_tpu_cluster
 from jax._src.clusters import cluster as jax_cluster_base
 
+from rendering import binary_path, binary_render, require_binary  # noqa: F401
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LABEL_REPLICA = "slices.dev/replica-index"
 LABEL_HOST = "slices.dev/host-index"
@@ -121,25 +123,6 @@ def train_cluster_yaml(case: Case) -> str:
 Renderer = Callable[[Path, int], list]
 
 
-def binary_path() -> Path:
-    p = Path(os.environ.get("SLICE_OPERATOR_BIN", "target/debug/slice-operator"))
-    return p if p.is_absolute() else REPO_ROOT / p
-
-
-def binary_render(yaml_path: Path, slices: int) -> list:
-    cmd = [str(binary_path()), "render-pods", "--file", str(yaml_path), "--slices", str(slices)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, (
-        f"{' '.join(cmd)} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    )
-    try:
-        pods = json.loads(proc.stdout)
-    except json.JSONDecodeError as e:
-        raise AssertionError(f"render-pods did not print JSON: {e}\n{proc.stdout[:2000]}") from e
-    assert isinstance(pods, list), f"render-pods must print a JSON array, got {type(pods).__name__}"
-    return pods
-
-
 _ACCEL_TYPE_PREFIX = {
     # GKE accelerator label -> (TPU_ACCELERATOR_TYPE prefix, cores per chip in the type suffix)
     "tpu-v6e-slice": ("v6e", 1),
@@ -213,23 +196,6 @@ def _fake_render(yaml_path: Path, slices: int) -> list:
                     }
                 )
     return pods
-
-
-def require_binary() -> Renderer:
-    """The real binary. Missing binary: skip, or FAIL when CI_REQUIRE_BINARY=1.
-
-    Called inside test bodies (not a fixture) so that a missing binary under
-    CI_REQUIRE_BINARY=1 is reported as FAILED, not as a fixture ERROR or a skip."""
-    path = binary_path()
-    if path.is_file() and os.access(path, os.X_OK):
-        return binary_render
-    msg = (
-        f"slice-operator binary not found at {path} (set SLICE_OPERATOR_BIN or run "
-        f"`cargo build`)"
-    )
-    if os.environ.get("CI_REQUIRE_BINARY") == "1":
-        pytest.fail(msg + "; CI_REQUIRE_BINARY=1 so this is a failure, not a skip")
-    pytest.skip(msg + "; harness itself is covered by test_harness_with_fake_renderer")
 
 
 def render(renderer: Renderer, case: Case, tmp_path: Path) -> list:
