@@ -2,7 +2,6 @@
 //! what they should (evaluated with kube's CEL evaluator), and operator-side validation names
 //! the field and the fix.
 
-use kube::CustomResourceExt;
 use kube::core::cel::Validator;
 use serde_json::{Value, json};
 use slice_core::api::Membership;
@@ -10,7 +9,7 @@ use slice_core::api::{TrainCluster, validate};
 use slice_core::testing::*;
 
 fn schema() -> Value {
-    let crd = TrainCluster::crd();
+    let crd = slice_core::api::crd();
     serde_json::to_value(
         crd.spec.versions[0]
             .schema
@@ -36,7 +35,7 @@ fn cel_errors(object: &Value) -> Vec<String> {
 
 #[test]
 fn committed_crd_matches_the_rust_types() {
-    let generated = serde_yaml::to_string(&TrainCluster::crd()).unwrap();
+    let generated = serde_yaml::to_string(&slice_core::api::crd()).unwrap();
     let committed = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../crds/trainclusters.slices.dev.yaml"
@@ -50,7 +49,7 @@ fn committed_crd_matches_the_rust_types() {
 
 #[test]
 fn crd_has_short_name_status_and_printer_columns() {
-    let crd = TrainCluster::crd();
+    let crd = slice_core::api::crd();
     assert_eq!(
         crd.spec.names.short_names.as_deref(),
         Some(&["tc".to_string()][..])
@@ -317,4 +316,24 @@ fn operator_validation_refuses_success_by_head_without_a_head() {
     let errors = validate::resolve(&tc).unwrap_err();
     assert_eq!(errors[0].field, "spec.successPolicy");
     assert!(errors[0].message.contains("add a head or use AllWorkers"));
+}
+
+#[test]
+fn every_refusal_names_its_field() {
+    let schema = schema();
+    let name = &schema["properties"]["metadata"]["properties"]["name"];
+    assert_eq!(name["maxLength"], json!(54));
+    assert_eq!(name["pattern"], json!("^[a-z]([-a-z0-9]*[a-z0-9])?$"));
+    // Rules on the root see the whole object: each says which field it is about.
+    for rule in schema["x-kubernetes-validations"].as_array().unwrap() {
+        assert!(rule["fieldPath"].is_string(), "{rule}");
+    }
+    let mut m = manifest();
+    m["metadata"]["name"] = json!("n".repeat(20));
+    m["spec"]["workerGroups"][0]["name"] = json!("g".repeat(40));
+    let errors = cel_errors(&m);
+    assert!(
+        errors.iter().any(|e| e.contains("spec.workerGroups: ")),
+        "{errors:?}"
+    );
 }

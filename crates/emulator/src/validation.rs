@@ -227,6 +227,9 @@ fn check(s: &Value, v: &Value, path: &str, errs: &mut Errs, root: bool) {
             let addl = s.get("additionalProperties").filter(|a| a.is_object());
             for (k, child) in m {
                 if root && k == "metadata" {
+                    // A CRD may constrain exactly metadata.name and generateName; the rest
+                    // of metadata is the API server's own.
+                    check_metadata(props.and_then(|p| p.get("metadata")), child, errs);
                     continue;
                 }
                 if let Some(ps) = props.and_then(|p| p.get(k)) {
@@ -258,6 +261,18 @@ fn value_at<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
     Some(cur)
 }
 
+/// The schema's constraints on `metadata.name` and `metadata.generateName`, if it has any.
+fn check_metadata(schema: Option<&Value>, metadata: &Value, errs: &mut Vec<(String, String)>) {
+    let Some(props) = schema.and_then(|s| s.get("properties")) else {
+        return;
+    };
+    for key in ["name", "generateName"] {
+        if let (Some(s), Some(v)) = (props.get(key), metadata.get(key)) {
+            check(s, v, &format!("metadata.{key}"), errs, false);
+        }
+    }
+}
+
 /// Prune, default and validate a custom resource in place. `old` is the previous object on
 /// update (for CEL transition rules).
 pub(crate) fn validate_custom(
@@ -276,10 +291,12 @@ pub(crate) fn validate_custom(
         && let Err(e) = kube::core::cel::Validator::new().validate(schema, obj, old)
     {
         for ve in e.into_vec() {
-            let field = ve.field_path.clone();
+            // A rule's fieldPath is a JSON path (`.spec.x`); the server prints `spec.x`.
+            let field = ve.field_path.trim_start_matches('.').to_string();
             let ty = value_at(obj, &field).map(type_name).unwrap_or("object");
+            // kube-apiserver prints a rule's missing field path as `<nil>`.
             let msg = if field.is_empty() {
-                format!("Invalid value: \"{ty}\": {}", ve.message)
+                format!("<nil>: Invalid value: \"{ty}\": {}", ve.message)
             } else {
                 format!("{field}: Invalid value: \"{ty}\": {}", ve.message)
             };
@@ -365,6 +382,33 @@ mod tests {
         let e = validate_custom(&i, &mut bad, None).unwrap_err();
         assert!(
             e.message.contains("spec.size: Required value"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn metadata_name_follows_the_schema_and_a_root_rule_without_a_field_is_nil() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "metadata": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 3}}},
+                "spec": {"type": "object", "properties": {"size": {"type": "integer"}}}
+            },
+            "x-kubernetes-validations": [{"rule": "self.spec.size < 5", "message": "too big"}]
+        });
+        let mut errs = Vec::new();
+        let long = json!({"metadata": {"name": "long", "uid": "u"}, "spec": {"size": 1}});
+        check(&schema, &long, "", &mut errs, true);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs[0].1.starts_with("metadata.name: Too long"), "{errs:?}");
+
+        let i = info(schema);
+        let mut big = json!({"metadata": {"name": "ok"}, "spec": {"size": 9}});
+        let e = validate_custom(&i, &mut big, None).unwrap_err();
+        assert!(
+            e.message
+                .contains("<nil>: Invalid value: \"object\": too big"),
             "{}",
             e.message
         );

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, CustomResourceExt, ResourceExt};
+use kube::{Api, ResourceExt};
 use tokio::time::Instant;
 
 use crate::{KubeletOptions, Scenario, TimelineOptions, run_scenario};
@@ -72,7 +72,7 @@ pub async fn simulate(
     };
     let emulator = Emulator::start(EmulatorOptions::default()).await?;
     emulator
-        .install_crd(&TrainCluster::crd())
+        .install_crd(&slice_core::api::crd())
         .map_err(|e| anyhow::anyhow!("installing the CRD: {e}"))?;
     let client = emulator.client();
     say(format!("API emulator listening on {}", emulator.url()));

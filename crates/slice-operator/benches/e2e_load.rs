@@ -6,7 +6,6 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kube::CustomResourceExt;
 use kube::api::{Api, PostParams};
 use slice_core::api::{Membership, Phase, TrainCluster};
 use slice_emulator::{Emulator, EmulatorOptions};
@@ -44,7 +43,7 @@ async fn run() -> anyhow::Result<()> {
     })
     .await?;
     emulator
-        .install_crd(&TrainCluster::crd())
+        .install_crd(&slice_core::api::crd())
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let pools = CLUSTERS as u32 * SLICES;
     for p in 0..pools {

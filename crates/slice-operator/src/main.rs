@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use kube::CustomResourceExt;
 use slice_controller::{self as operator, OperatorConfig};
 use slice_core::api::TrainCluster;
 use slice_core::planner::render::preview_pods;
@@ -143,7 +142,7 @@ async fn run(config: OperatorConfig) -> anyhow::Result<()> {
 }
 
 fn print_crd() -> anyhow::Result<()> {
-    print!("{}", serde_yaml::to_string(&TrainCluster::crd())?);
+    print!("{}", serde_yaml::to_string(&slice_core::api::crd())?);
     Ok(())
 }
 

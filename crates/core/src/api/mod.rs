@@ -1,8 +1,10 @@
 //! The `TrainCluster` custom resource (`slices.dev/v1alpha1`).
 
+mod crd;
 mod spec;
 mod status;
 pub mod validate;
 
+pub use crd::crd;
 pub use spec::*;
 pub use status::*;

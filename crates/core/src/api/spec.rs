@@ -28,8 +28,10 @@ use super::TrainClusterStatus;
     printcolumn = r#"{"name":"Restarts","type":"integer","jsonPath":".status.restarts"}"#,
     printcolumn = r#"{"name":"Completed","type":"date","description":"When the run succeeded","jsonPath":".status.completionTime","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
-    validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 54").message("metadata.name must be a DNS label (lowercase letters, digits, '-'; starting with a letter) of at most 54 characters, so that '<name>-headless' is a valid Service name"),
-    validation = Rule::new("self.spec.workerGroups.all(g, size(self.metadata.name) + size(g.name) <= 52)").message("metadata.name plus spec.workerGroups[].name must be at most 52 characters together, so that every pod name and hostname '<cluster>-<group>-<replica>-<host>' fits in 63 characters; shorten the cluster or group name")
+    // A rule at the root names no field unless it says which: without a fieldPath the API
+    // server reports it as `<nil>`. (metadata.name's own limits are in the schema, see
+    // `api::crd`.)
+    validation = Rule::new("self.spec.workerGroups.all(g, size(self.metadata.name) + size(g.name) <= 52)").message("metadata.name plus spec.workerGroups[].name must be at most 52 characters together, so that every pod name and hostname '<cluster>-<group>-<replica>-<host>' fits in 63 characters; shorten the cluster or group name").field_path(".spec.workerGroups")
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self.workerGroups.all(g, self.workerGroups.exists_one(h, h.name == g.name))").message("spec.workerGroups[].name must be unique; rename the duplicate group"))]

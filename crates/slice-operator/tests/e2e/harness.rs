@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Client, CustomResourceExt};
 use slice_controller::{self as operator, OperatorConfig, OperatorHandle};
 use slice_core::api::{Membership, Phase, TrainCluster};
 use slice_core::constants::*;
@@ -155,7 +155,7 @@ impl SharedCluster {
             .await
             .expect("emulator");
         emulator
-            .install_crd(&TrainCluster::crd())
+            .install_crd(&slice_core::api::crd())
             .expect("install CRD");
         let operator = start_operator(&emulator, 0, &EnvOptions::default()).await;
         SharedCluster {
@@ -342,7 +342,7 @@ impl Env {
             .await
             .expect("emulator");
         emulator
-            .install_crd(&TrainCluster::crd())
+            .install_crd(&slice_core::api::crd())
             .expect("install CRD");
         let mut operators = Vec::new();
         for i in 0..options.operators {

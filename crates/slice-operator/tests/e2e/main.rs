@@ -366,6 +366,28 @@ async fn invalid_specs_are_rejected_by_the_api_or_reported_in_status() {
             .contains("slices.min must not exceed slices.max"),
         "{err}"
     );
+    // Every refusal names its field, as kube-apiserver prints it (never `<nil>`).
+    let refused = |mut tc: TrainCluster, name: &str| {
+        tc.metadata.name = Some(name.into());
+        let tcs = env.tcs();
+        async move {
+            tcs.create(&PostParams::default(), &tc)
+                .await
+                .unwrap_err()
+                .to_string()
+        }
+    };
+    let fine = env.train_cluster("x", Membership::Multislice, 1, 2);
+    let long = refused(fine.clone(), &"n".repeat(55)).await;
+    assert!(long.contains("metadata.name: "), "{long}");
+    let mut long_group = fine.clone();
+    long_group.spec.worker_groups[0].name = "g".repeat(40);
+    let combined = refused(long_group, &"n".repeat(20)).await;
+    assert!(
+        combined.contains("spec.workerGroups: Invalid value"),
+        "{combined}"
+    );
+    assert!(!combined.contains("<nil>"), "{combined}");
     // What CEL cannot see (chips per host vs topology) the operator reports by field.
     tc.spec.worker_groups[0].slices.min = 1;
     tc.spec.worker_groups[0].tpu.as_mut().unwrap().topology = "1x1".into();
