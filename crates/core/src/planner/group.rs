@@ -58,10 +58,13 @@ impl<'a> Planner<'a> {
             observed.is_empty(),
             forming,
         );
-        if multislice && retirement == retire::Retirement::NewEpoch {
-            self.announce_template_restart(name, &kept);
-        }
+        let outdated = kept.iter().filter(|r| r.outdated).count();
+        let deletes_before = self.plan.delete.len();
+        let new_epoch = multislice && retirement == retire::Retirement::NewEpoch;
         self.retire(name, &mut kept, retirement, &mut memory.epoch);
+        if new_epoch {
+            self.announce_template_restart(name, outdated, deletes_before);
+        }
         if !multislice && sizing.stop.is_none() {
             let max_unavailable = self.tc.spec.rollout.max_unavailable;
             self.roll_out(name, &mut kept, sizing.target, max_unavailable);

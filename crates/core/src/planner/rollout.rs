@@ -4,7 +4,7 @@
 
 use super::cluster::Planner;
 use super::observe::{ObservedReplica, Verdict};
-use super::{DeleteReason, EventType};
+use super::{DeleteReason, EventAfter, EventType};
 
 /// The kept replicas (by position in `kept`) to replace now: outdated ones that are down
 /// anyway, then outdated ready ones while fewer than `max_unavailable` of the `target`
@@ -48,19 +48,27 @@ impl Planner<'_> {
         }
     }
 
-    /// A multislice job restarting while some of its members run an outdated template: say
-    /// that the restart takes up the new template.
-    pub(super) fn announce_template_restart(&mut self, name: &str, kept: &[&ObservedReplica<'_>]) {
-        let outdated = kept.iter().filter(|r| r.outdated).count();
-        if outdated > 0 {
-            self.emit(
-                EventType::Normal,
-                "RollingUpdate",
-                format!(
-                    "group {name}: the template changed; restarting the multislice job as one new epoch ({outdated} outdated slice(s))"
-                ),
-            );
+    /// A multislice job restarted while `outdated` of its members ran an outdated template:
+    /// say that the restart takes up the new template, once its deletes (those planned after
+    /// `deletes_before`) went through.
+    pub(super) fn announce_template_restart(
+        &mut self,
+        name: &str,
+        outdated: usize,
+        deletes_before: usize,
+    ) {
+        if outdated == 0 || self.plan.delete.len() == deletes_before {
+            return;
         }
+        let last = EventAfter::Delete(self.plan.delete.len() - 1);
+        self.emit_after(
+            EventType::Normal,
+            "RollingUpdate",
+            format!(
+                "group {name}: the template changed; restarting the multislice job as one new epoch ({outdated} outdated slice(s))"
+            ),
+            last,
+        );
     }
 }
 
