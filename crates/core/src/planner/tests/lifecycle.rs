@@ -428,3 +428,37 @@ fn rendered_pods_get_what_real_tpu_clients_need() {
     assert_eq!(resources.requests, None);
     assert_eq!(resources.limits.unwrap()[TPU_RESOURCE].0, "4");
 }
+
+#[test]
+fn a_topology_change_moves_every_replica_to_slices_of_the_new_shape_uncharged() {
+    for membership in [Membership::Multislice, Membership::Independent] {
+        let mut nodes = v6e_pools(2);
+        for i in 0..2 {
+            nodes.extend(node_pool(&format!("big-{i}"), "tpu-v6e-slice", "4x8", 4, 8));
+        }
+        let mut world = World::new(train_cluster(membership, 1, 2), nodes);
+        world.settle(5);
+        assert_eq!(world.status().phase, Phase::Running);
+        world.cluster.spec.worker_groups[0].tpu.as_mut().unwrap().topology = "4x8".into();
+        world.cluster.metadata.generation = Some(2);
+        for _ in 0..30 {
+            world.step();
+            world.now += secs(1);
+            // Never a partial group of either shape.
+            let by_replica = replicas_of(&world);
+            for r in 0..4 {
+                let hosts = by_replica.iter().filter(|(x, _)| *x == r).count();
+                assert!([0, 4, 8].contains(&hosts), "{membership:?}: replica {r} has {hosts}");
+            }
+        }
+        let status = world.status();
+        assert_eq!(status.phase, Phase::Running, "{membership:?}");
+        assert_eq!((status.ready_slices, status.updated_slices), (2, 2));
+        assert_eq!((status.restarts, status.preemptions), (0, 0), "an edit is no failure");
+        assert_eq!(world.pods.len(), 16, "two 8-host slices");
+        for pod in &world.pods {
+            let pool = pod.spec.as_ref().unwrap().node_name.as_deref().unwrap();
+            assert!(pool.starts_with("big-"), "{pool}");
+        }
+    }
+}
