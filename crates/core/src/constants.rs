@@ -21,6 +21,8 @@ pub const LABEL_GROUP_KEY: &str = "slices.dev/group-key";
 pub const LABEL_SLICE: &str = "slices.dev/slice";
 /// Incarnation number of a group (also part of `TPU_NAME`).
 pub const LABEL_INCARNATION: &str = "slices.dev/incarnation";
+/// The membership (`Multislice` or `Independent`) the pod was created under.
+pub const LABEL_MEMBERSHIP: &str = "slices.dev/membership";
 /// Hash of what the pod was rendered from (its group's template, TPU shape, membership and
 /// head address): a pod whose hash is not its group's current one is outdated and replaced.
 pub const LABEL_TEMPLATE_HASH: &str = "slices.dev/template-hash";

@@ -215,6 +215,7 @@ mod tests {
             slice: None,
             ready: true,
             outdated: false,
+            other_membership: false,
             verdict: Verdict::Healthy,
         };
         planner.delete_quietly("workers", &replica, DeleteReason::EpochChanged { epoch: 2 });

@@ -131,6 +131,7 @@ impl<'a> Planner<'a> {
             tpu: group.shape.is_some(),
             success_counts: self.tc.spec.success_policy == SuccessPolicy::AllWorkers,
             template_hash: &memory.template_hash,
+            membership: super::render::membership_label(self.tc.spec.membership),
             now: self.now,
             grace,
         };

@@ -45,6 +45,9 @@ pub struct ObservedReplica<'a> {
     pub ready: bool,
     /// Some member carries a template hash other than the group's current one.
     pub outdated: bool,
+    /// Some member was created under the other membership: part of another kind of job,
+    /// which cannot run on with some of its members replaced.
+    pub other_membership: bool,
     pub verdict: Verdict,
 }
 
@@ -56,6 +59,8 @@ pub struct Judging<'a> {
     /// A worker that exits 0 is done (success policy `AllWorkers`), not a failure.
     pub success_counts: bool,
     pub template_hash: &'a str,
+    /// The membership label current pods carry.
+    pub membership: &'a str,
     pub now: Timestamp,
     pub grace: SignedDuration,
 }
@@ -73,6 +78,7 @@ pub struct PodFacts<'a> {
     pub incarnation: Option<u64>,
     pub slice: Option<&'a str>,
     pub template_hash: Option<&'a str>,
+    pub membership: Option<&'a str>,
 }
 
 impl<'a> PodFacts<'a> {
@@ -88,6 +94,7 @@ impl<'a> PodFacts<'a> {
             incarnation: None,
             slice: None,
             template_hash: None,
+            membership: None,
         };
         let Some(labels) = pod.metadata.labels.as_ref() else {
             return facts;
@@ -111,6 +118,7 @@ impl<'a> PodFacts<'a> {
                 "incarnation" => facts.incarnation = v.parse().ok(),
                 "slice" => facts.slice = Some(v),
                 "template-hash" => facts.template_hash = Some(v),
+                "membership" => facts.membership = Some(v),
                 _ => {}
             }
         }
@@ -190,6 +198,9 @@ fn judge<'a>(
     let outdated = facts
         .iter()
         .any(|f| super::revision::is_outdated(f.template_hash, judging.template_hash));
+    let other_membership = facts
+        .iter()
+        .any(|f| f.membership.is_some_and(|m| m != judging.membership));
     ObservedReplica {
         replica,
         pods: facts.iter().map(|f| f.pod).collect(),
@@ -198,6 +209,7 @@ fn judge<'a>(
         slice: node_slice.or(pinned),
         ready,
         outdated,
+        other_membership,
         verdict,
     }
 }

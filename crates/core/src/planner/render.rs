@@ -139,6 +139,14 @@ pub fn head_pod(tc: &TrainCluster) -> Option<Pod> {
     Some(owned_pod(tc, name, labels, meta.annotations, spec))
 }
 
+/// The value of [`LABEL_MEMBERSHIP`].
+pub fn membership_label(membership: Membership) -> &'static str {
+    match membership {
+        Membership::Multislice => "Multislice",
+        Membership::Independent => "Independent",
+    }
+}
+
 /// `Never` unless the template says otherwise: the operator replaces a group whose container
 /// restarted anyway, and only a container that is not restarted can end the pod `Succeeded`
 /// (with the API's default, `Always`, a worker that exits 0 is restarted forever).
@@ -256,6 +264,10 @@ fn worker_pod_with(
     labels.insert(LABEL_GROUP_KEY.into(), key.clone());
     labels.insert(LABEL_INCARNATION.into(), placement.incarnation.to_string());
     labels.insert(LABEL_TEMPLATE_HASH.into(), placement.template_hash.clone());
+    labels.insert(
+        LABEL_MEMBERSHIP.into(),
+        membership_label(tc.spec.membership).into(),
+    );
     if let Some(slice) = &placement.slice {
         labels.insert(LABEL_SLICE.into(), slice.id.clone());
     }

@@ -7,7 +7,8 @@ use super::observe::{ObservedReplica, Verdict};
 use super::{DeleteReason, EventAfter, EventType};
 
 /// The kept replicas (by position in `kept`) to replace now: outdated ones that are down
-/// anyway, then outdated ready ones while fewer than `max_unavailable` of the `target`
+/// anyway or were made for a multislice job (whose members cannot run on once any of them
+/// is replaced), then outdated ready ones while fewer than `max_unavailable` of the `target`
 /// replicas are down, highest index first. Finished replicas are left alone.
 pub(super) fn to_replace(
     kept: &[&ObservedReplica<'_>],
@@ -21,7 +22,7 @@ pub(super) fn to_replace(
         if !replica.outdated || replica.verdict == Verdict::Completed {
             continue;
         }
-        if !replica.ready {
+        if !replica.ready || replica.other_membership {
             chosen.push(i);
         } else if room > 0 {
             room -= 1;
@@ -118,6 +119,21 @@ mod tests {
         ];
         // Two of three are down: no ready replica may go, but the down outdated one may.
         assert_eq!(chosen(&kept, 3, 1), [1]);
+    }
+
+    #[test]
+    fn members_of_a_multislice_job_go_together() {
+        let kept: Vec<_> = (0..3)
+            .map(|i| ObservedReplica {
+                other_membership: true,
+                ..observed(true, true, i)
+            })
+            .collect();
+        assert_eq!(
+            chosen(&kept, 3, 1),
+            [2, 1, 0],
+            "whatever maxUnavailable says"
+        );
     }
 
     #[test]

@@ -25,6 +25,7 @@ fn observe(scene: &Scene) -> (BTreeMap<u32, ObservedReplica<'_>>, Vec<&LeanPod>)
         tpu: true,
         success_counts: false,
         template_hash: "",
+        membership: "Independent",
         now: scene.world.now,
         grace: GRACE,
     };

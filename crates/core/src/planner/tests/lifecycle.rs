@@ -439,7 +439,11 @@ fn a_topology_change_moves_every_replica_to_slices_of_the_new_shape_uncharged() 
         let mut world = World::new(train_cluster(membership, 1, 2), nodes);
         world.settle(5);
         assert_eq!(world.status().phase, Phase::Running);
-        world.cluster.spec.worker_groups[0].tpu.as_mut().unwrap().topology = "4x8".into();
+        world.cluster.spec.worker_groups[0]
+            .tpu
+            .as_mut()
+            .unwrap()
+            .topology = "4x8".into();
         world.cluster.metadata.generation = Some(2);
         for _ in 0..30 {
             world.step();
@@ -448,17 +452,51 @@ fn a_topology_change_moves_every_replica_to_slices_of_the_new_shape_uncharged() 
             let by_replica = replicas_of(&world);
             for r in 0..4 {
                 let hosts = by_replica.iter().filter(|(x, _)| *x == r).count();
-                assert!([0, 4, 8].contains(&hosts), "{membership:?}: replica {r} has {hosts}");
+                assert!(
+                    [0, 4, 8].contains(&hosts),
+                    "{membership:?}: replica {r} has {hosts}"
+                );
             }
         }
         let status = world.status();
         assert_eq!(status.phase, Phase::Running, "{membership:?}");
         assert_eq!((status.ready_slices, status.updated_slices), (2, 2));
-        assert_eq!((status.restarts, status.preemptions), (0, 0), "an edit is no failure");
+        assert_eq!(
+            (status.restarts, status.preemptions),
+            (0, 0),
+            "an edit is no failure"
+        );
         assert_eq!(world.pods.len(), 16, "two 8-host slices");
         for pod in &world.pods {
             let pool = pod.spec.as_ref().unwrap().node_name.as_deref().unwrap();
             assert!(pool.starts_with("big-"), "{pool}");
         }
+    }
+}
+
+#[test]
+fn a_multislice_job_turned_independent_is_replaced_at_once_not_piecemeal() {
+    let mut world = settled(Membership::Multislice, 3);
+    world.cluster.spec.membership = Membership::Independent;
+    world.cluster.metadata.generation = Some(2);
+    let plan = world.step();
+    assert_eq!(
+        plan.delete.len(),
+        3,
+        "no member of the old job is left running alone"
+    );
+    world.settle(10);
+    let status = world.status();
+    assert_eq!(status.phase, Phase::Running);
+    assert_eq!((status.updated_slices, status.restarts), (3, 0));
+    for pod in &world.pods {
+        assert_eq!(
+            World::label_of(pod, LABEL_MEMBERSHIP).as_deref(),
+            Some("Independent")
+        );
+        assert_eq!(
+            World::env_of(pod, ENV_MEGASCALE_NUM_SLICES).as_deref(),
+            Some("1")
+        );
     }
 }

@@ -131,6 +131,7 @@ pub(super) fn replica(
         slice: None,
         ready: true,
         outdated: false,
+        other_membership: false,
         verdict,
     }
 }
