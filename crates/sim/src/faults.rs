@@ -116,20 +116,12 @@ fn terminated_status_patch(pod: &Pod, exit_code: i32) -> serde_json::Value {
             })
         })
         .collect();
-    let mut conditions: Vec<serde_json::Value> = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.clone())
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|c| c.type_ != "Ready" && c.type_ != "ContainersReady")
-        .filter_map(|c| serde_json::to_value(c).ok())
-        .collect();
-    for t in ["Ready", "ContainersReady"] {
-        conditions.push(
-            json!({"type": t, "status": "False", "reason": if exit_code == 0 { "PodCompleted" } else { "PodFailed" }, "lastTransitionTime": now}),
-        );
-    }
+    let why = if exit_code == 0 {
+        "PodCompleted"
+    } else {
+        "PodFailed"
+    };
+    let conditions = not_ready_conditions(pod, why, &now);
     json!({"status": {
         "phase": phase,
         "reason": reason,
@@ -157,6 +149,26 @@ pub async fn crash_container(
     api.patch_status(pod, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     Ok(())
+}
+
+/// The pod's conditions with Ready and ContainersReady False for `reason`; the others kept as
+/// they are (a merge patch replaces the list whole).
+fn not_ready_conditions(pod: &Pod, reason: &str, now: &str) -> Vec<serde_json::Value> {
+    let mut conditions: Vec<serde_json::Value> = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| c.type_ != "Ready" && c.type_ != "ContainersReady")
+        .filter_map(|c| serde_json::to_value(c).ok())
+        .collect();
+    for t in ["Ready", "ContainersReady"] {
+        conditions.push(
+            json!({"type": t, "status": "False", "reason": reason, "lastTransitionTime": now}),
+        );
+    }
+    conditions
 }
 
 /// Whether the kubelet restarts a container of `pod` that exited with `exit_code`
@@ -207,19 +219,7 @@ pub fn end_container_patch(
         }
         out.push(v);
     }
-    // A merge patch replaces lists whole: keep the other conditions as they are.
-    let mut conditions: Vec<serde_json::Value> = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.clone())
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|c| c.type_ != "Ready" && c.type_ != "ContainersReady")
-        .filter_map(|c| serde_json::to_value(c).ok())
-        .collect();
-    for t in ["Ready", "ContainersReady"] {
-        conditions.push(json!({"type": t, "status": "False", "reason": "ContainersNotReady", "lastTransitionTime": now}));
-    }
+    let conditions = not_ready_conditions(pod, "ContainersNotReady", &now);
     Ok(json!({"status": {"conditions": conditions, "containerStatuses": out}}))
 }
 
