@@ -2,6 +2,8 @@
 
 /// API group of the TrainCluster resource.
 pub const API_GROUP: &str = "slices.dev";
+/// The kind of the custom resource (what its pods' controller references name).
+pub const TRAIN_CLUSTER_KIND: &str = "TrainCluster";
 /// The one field manager used for every write (server-side apply and status).
 pub const FIELD_MANAGER: &str = "slice-operator";
 /// Reported as `app.kubernetes.io/managed-by` and as the event reporting controller.

@@ -203,6 +203,15 @@ pub struct ElasticPolicy {
     /// `max` and let pods wait for a cluster autoscaler to provision slices (false).
     #[serde(default = "default_true")]
     pub wait_for_ready_slices: bool,
+
+    /// A group whose pods are still unscheduled this long after their creation (the slice
+    /// they were placed on is busy or broken in a way the Nodes do not show) is deleted
+    /// whole, uncharged, and its slice avoided for as long again; the cluster waits or
+    /// shrinks as for any missing slice. Applies to groups placed on a slice
+    /// (`waitForReadySlices: true`).
+    #[serde(default = "default_placement_timeout")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub placement_timeout_seconds: u32,
 }
 
 impl Default for ElasticPolicy {
@@ -211,6 +220,7 @@ impl Default for ElasticPolicy {
             resize_interval_seconds: default_resize_interval(),
             allowed_slice_counts: Vec::new(),
             wait_for_ready_slices: true,
+            placement_timeout_seconds: default_placement_timeout(),
         }
     }
 }
@@ -253,6 +263,9 @@ impl Default for FailurePolicy {
 
 fn default_resize_interval() -> u32 {
     60
+}
+fn default_placement_timeout() -> u32 {
+    300
 }
 fn default_true() -> bool {
     true

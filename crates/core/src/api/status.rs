@@ -58,6 +58,10 @@ pub struct TrainClusterStatus {
     /// After a rejected create, no pod is created before this time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub create_retry_after: Option<String>,
+    /// Slices a group of this cluster could not be scheduled on (placement timeout): not
+    /// chosen again before `until`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub avoided_slices: Vec<AvoidedSlice>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -68,6 +72,16 @@ pub struct TrainClusterStatus {
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
+}
+
+/// A slice on which a group's pods stayed unscheduled past the placement timeout.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AvoidedSlice {
+    /// The slice (node pool, or node for a single-host slice).
+    pub slice: String,
+    /// Not chosen again before this time (RFC 3339).
+    pub until: String,
 }
 
 /// The head pod's budget and backoff; also the planner's memory of the head's failures.
@@ -121,6 +135,9 @@ pub struct GroupStatus {
     /// Replica indexes that currently have pods.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replicas: Vec<u32>,
+    /// Slices of the group's shape that others use (at most 8 listed): `slice: by what`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub busy_slices: Vec<String>,
     /// Next free incarnation number (names each group incarnation uniquely in `TPU_NAME`).
     #[serde(default)]
     pub next_incarnation: u64,

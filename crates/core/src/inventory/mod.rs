@@ -12,13 +12,27 @@ use crate::constants::*;
 use crate::lean::{LeanNode, LeanPod};
 use crate::tpu::Topology;
 
-/// Who runs on a slice.
+/// Who runs on a slice: a replica group of a TrainCluster, known by the uid of the
+/// TrainCluster that controls its pods (labels alone are trusted by nobody: anyone can
+/// write them).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Holder {
+    /// When its earliest pod on the slice was created: the first claim wins a contest.
+    pub since: Option<Timestamp>,
+    /// Uid of the controlling TrainCluster.
+    pub owner_uid: String,
     pub namespace: String,
     pub cluster: String,
     pub group: String,
     pub replica: u32,
+}
+
+impl Holder {
+    fn same_group(&self, other: &Holder) -> bool {
+        self.owner_uid == other.owner_uid
+            && self.group == other.group
+            && self.replica == other.replica
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,10 +40,29 @@ pub enum Occupancy {
     Free,
     /// Held by exactly one TrainCluster replica group.
     Held(Holder),
-    /// More than one group claims it (e.g. a race between clusters); usable by none of them.
+    /// More than one group claims it (two clusters, or two operators, chose it at once),
+    /// earliest claim first: the first keeps it, the others give it up.
     Contended(Vec<Holder>),
-    /// TPU pods not managed by this operator run there.
-    Foreign,
+    /// TPU pods no TrainCluster controls are bound there (a Job, a JobSet, anyone's).
+    Foreign(ForeignUse),
+}
+
+/// What keeps a slice busy that is not ours: for `kubectl describe`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForeignUse {
+    /// Foreign TPU pods bound to the slice's nodes.
+    pub pods: u32,
+    /// The first of them, as `namespace/name` (owner kind and name when it has one).
+    pub example: String,
+}
+
+impl std::fmt::Display for ForeignUse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.pods {
+            1 => write!(f, "1 TPU pod of {}", self.example),
+            n => write!(f, "{n} TPU pods, e.g. of {}", self.example),
+        }
+    }
 }
 
 /// Health of a node as far as slice readiness is concerned.
@@ -105,9 +138,11 @@ pub struct Inventory {
 }
 
 impl Inventory {
-    /// Build the inventory from TPU nodes and the pods that may occupy them. Pods with the
-    /// operator's labels mark their slice as held; other pods requesting `google.com/tpu`
-    /// mark it foreign. Nodes without the accelerator label are ignored.
+    /// Build the inventory from TPU nodes and the pods that may occupy them. Worker pods a
+    /// TrainCluster controls mark their slice as held (bound to it, or pinned to it while
+    /// they wait to be scheduled); other pods requesting `google.com/tpu` mark it foreign
+    /// once bound to one of its nodes (a pending pod holds no chips, whatever its labels
+    /// say). Nodes without the accelerator label are ignored.
     pub fn build(nodes: &[Arc<LeanNode>], pods: &[Arc<LeanPod>]) -> Inventory {
         let mut slices: Vec<Slice> = Vec::new();
         let mut by_id: FastMap<String, usize> = FastMap::default();
@@ -199,10 +234,10 @@ impl Inventory {
         }
 
         // Occupancy. Members of one group share a group key, so comparing that short label
-        // first keeps this linear and cheap; the full holder is built once per slice.
+        // first keeps this linear and cheap; the full holder is built once per group.
         let mut first_key: Vec<Option<&str>> = vec![None; slices.len()];
         let mut holders: Vec<Vec<Holder>> = vec![Vec::new(); slices.len()];
-        let mut foreign = vec![false; slices.len()];
+        let mut foreign: Vec<Option<ForeignUse>> = vec![None; slices.len()];
         let claims: Vec<(usize, Option<&str>, &LeanPod)> = pods
             .par_iter()
             .filter_map(|pod| {
@@ -214,8 +249,11 @@ impl Inventory {
                     .as_deref()
                     .and_then(|n| node_states.get(n))
                     .map(|n| n.slice);
-                let index = bound
-                    .or_else(|| pod.label(LABEL_SLICE).and_then(|id| by_id.get(id).copied()))?;
+                let pinned = || {
+                    train_cluster_owner(pod)?;
+                    pod.label(LABEL_SLICE).and_then(|id| by_id.get(id).copied())
+                };
+                let index = bound.or_else(pinned)?;
                 Some((index, pod.label(LABEL_GROUP_KEY), pod.as_ref()))
             })
             .collect();
@@ -228,18 +266,22 @@ impl Inventory {
                     if first_key[index].is_none() {
                         first_key[index] = key;
                     }
-                    if !holders[index].contains(&holder) {
-                        holders[index].push(holder);
-                    }
+                    add_holder(&mut holders[index], holder);
                 }
-                None if pod.requests_tpu => foreign[index] = true,
+                None if pod.requests_tpu && pod.node_name.is_some() => {
+                    let entry = foreign[index].get_or_insert_with(|| ForeignUse {
+                        pods: 0,
+                        example: describe_pod(pod),
+                    });
+                    entry.pods += 1;
+                }
                 None => {}
             }
         }
         for (i, slice) in slices.iter_mut().enumerate() {
             let mut held = std::mem::take(&mut holders[i]);
-            slice.occupancy = if foreign[i] {
-                Occupancy::Foreign
+            slice.occupancy = if let Some(use_) = foreign[i].take() {
+                Occupancy::Foreign(use_)
             } else if held.len() == 1 {
                 Occupancy::Held(held.pop().expect("one holder"))
             } else if held.is_empty() {
@@ -505,16 +547,62 @@ pub fn node_health(node: &LeanNode) -> NodeHealth {
     NodeHealth::Ready
 }
 
+/// The TrainCluster controlling a pod, if one does: (name, uid).
+pub fn train_cluster_owner(pod: &LeanPod) -> Option<(&str, &str)> {
+    pod.metadata
+        .owner_references
+        .as_deref()?
+        .iter()
+        .find(|o| {
+            o.controller == Some(true)
+                && o.kind == TRAIN_CLUSTER_KIND
+                && o.api_version.split('/').next() == Some(API_GROUP)
+        })
+        .map(|o| (o.name.as_str(), o.uid.as_str()))
+}
+
 fn holder_of(pod: &LeanPod) -> Option<Holder> {
+    let (cluster, owner_uid) = train_cluster_owner(pod)?;
     if pod.label(LABEL_ROLE) != Some(ROLE_WORKER) {
         return None;
     }
     Some(Holder {
+        since: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        owner_uid: owner_uid.to_string(),
         namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-        cluster: pod.label(LABEL_CLUSTER)?.to_string(),
+        cluster: cluster.to_string(),
         group: pod.label(LABEL_GROUP)?.to_string(),
         replica: pod.label(LABEL_REPLICA_INDEX)?.parse().ok()?,
     })
+}
+
+/// One holder per replica group, dated by its earliest pod.
+fn add_holder(holders: &mut Vec<Holder>, holder: Holder) {
+    match holders.iter_mut().find(|h| h.same_group(&holder)) {
+        Some(known) => {
+            known.since = match (known.since, holder.since) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
+        }
+        None => holders.push(holder),
+    }
+}
+
+/// `namespace/name` of a pod, or of its controller when it has one.
+fn describe_pod(pod: &LeanPod) -> String {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let owner = pod
+        .metadata
+        .owner_references
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .find(|o| o.controller == Some(true));
+    match owner {
+        Some(o) => format!("{} {namespace}/{}", o.kind, o.name),
+        None => format!("pod {namespace}/{}", pod.name()),
+    }
 }
 
 pub(crate) fn is_terminal(pod: &LeanPod) -> bool {

@@ -11,7 +11,27 @@ fn worker_pod(cluster: &str, replica: u32, node: &str) -> Arc<LeanPod> {
     Arc::new(LeanPod::from(&full_worker_pod(cluster, replica, node)))
 }
 
+/// A worker pod as the operator creates it: labelled, and controlled by TrainCluster
+/// `cluster` (uid `uid-<cluster>`).
 fn full_worker_pod(cluster: &str, replica: u32, node: &str) -> Pod {
+    let mut pod = labelled_pod(cluster, replica);
+    pod.metadata.owner_references = Some(vec![owner(cluster)]);
+    run_on(pod, node)
+}
+
+fn owner(cluster: &str) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+        api_version: "slices.dev/v1alpha1".into(),
+        kind: "TrainCluster".into(),
+        name: cluster.into(),
+        uid: format!("uid-{cluster}"),
+        controller: Some(true),
+        ..Default::default()
+    }
+}
+
+/// A pod carrying the operator's labels, owned by nobody.
+fn labelled_pod(cluster: &str, replica: u32) -> Pod {
     let mut pod = Pod::default();
     pod.metadata.name = Some(format!("{cluster}-w-{replica}-0"));
     pod.metadata.namespace = Some("ns".into());
@@ -26,7 +46,7 @@ fn full_worker_pod(cluster: &str, replica: u32, node: &str) -> Pod {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect(),
     );
-    run_on(pod, node)
+    pod
 }
 
 #[test]
@@ -122,16 +142,136 @@ fn occupancy_tells_held_foreign_and_contended() {
     assert_eq!(
         inv.slice("a").unwrap().occupancy,
         Occupancy::Held(Holder {
+            since: None,
+            owner_uid: "uid-x".into(),
             namespace: "ns".into(),
             cluster: "x".into(),
             group: "w".into(),
             replica: 0
         })
     );
-    assert_eq!(inv.slice("b").unwrap().occupancy, Occupancy::Foreign);
+    assert_eq!(
+        inv.slice("b").unwrap().occupancy,
+        Occupancy::Foreign(ForeignUse {
+            pods: 1,
+            example: "pod /someone-elses".into()
+        })
+    );
     assert!(
         matches!(inv.slice("c").unwrap().occupancy, Occupancy::Contended(ref h) if h.len() == 2)
     );
+}
+
+/// A bound TPU pod of a Job, in another namespace.
+fn job_pod(name: &str, node: &str) -> Pod {
+    let mut pod = run_on(Pod::default(), node);
+    pod.metadata.name = Some(name.into());
+    pod.metadata.namespace = Some("team-b".into());
+    pod.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "batch/v1".into(),
+            kind: "Job".into(),
+            name: "train".into(),
+            uid: "job-uid".into(),
+            controller: Some(true),
+            ..Default::default()
+        },
+    ]);
+    pod.spec.as_mut().unwrap().containers = worker_template(4).spec.unwrap().containers;
+    pod
+}
+
+#[test]
+fn a_slice_with_another_workloads_tpu_pods_is_busy_and_says_with_what() {
+    let nodes = arcs(node_pool("a", "tpu-v6e-slice", "4x4", 4, 4));
+    let pods: Vec<_> = ["a-0", "a-1"]
+        .iter()
+        .enumerate()
+        .map(|(i, n)| Arc::new(LeanPod::from(&job_pod(&format!("train-{i}"), n))))
+        .collect();
+    let inv = Inventory::build(&nodes, &pods);
+    let busy = &inv.slice("a").unwrap().occupancy;
+    let Occupancy::Foreign(use_) = busy else {
+        panic!("busy slice seen as {busy:?}")
+    };
+    assert_eq!(use_.to_string(), "2 TPU pods, e.g. of Job team-b/train");
+    assert!(!inv.slice("a").unwrap().is_free());
+}
+
+#[test]
+fn a_pending_foreign_pod_or_one_without_a_tpu_holds_nothing() {
+    let nodes = arcs(node_pool("a", "tpu-v6e-slice", "4x4", 4, 4));
+    let mut pending = job_pod("pending", "a-0");
+    pending.spec.as_mut().unwrap().node_name = None;
+    let mut cpu_only = job_pod("cpu", "a-1");
+    cpu_only.spec.as_mut().unwrap().containers[0].resources = None;
+    let pods = [pending, cpu_only].map(|p| Arc::new(LeanPod::from(&p)));
+    let inv = Inventory::build(&nodes, &pods);
+    assert!(inv.slice("a").unwrap().is_free());
+}
+
+#[test]
+fn labels_without_a_train_cluster_owner_reserve_nothing() {
+    // Anyone may write `slices.dev/` labels, e.g. a pending pod "pinned" to slice a.
+    let nodes = arcs(node_pool("a", "tpu-v6e-slice", "4x4", 4, 4));
+    let mut spoofed = labelled_pod("x", 0);
+    spoofed
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert(LABEL_SLICE.into(), "a".into());
+    let inv = Inventory::build(&nodes, &[Arc::new(LeanPod::from(&spoofed))]);
+    assert!(inv.slice("a").unwrap().is_free(), "a pending spoof is no claim");
+    // Bound and using chips, it is simply another workload.
+    let mut bound = run_on(spoofed, "a-0");
+    bound.spec.as_mut().unwrap().containers = worker_template(4).spec.unwrap().containers;
+    let inv = Inventory::build(&nodes, &[Arc::new(LeanPod::from(&bound))]);
+    assert!(matches!(
+        inv.slice("a").unwrap().occupancy,
+        Occupancy::Foreign(_)
+    ));
+}
+
+#[test]
+fn a_pending_pod_of_a_train_cluster_holds_the_slice_it_is_pinned_to() {
+    let nodes = arcs(node_pool("a", "tpu-v6e-slice", "4x4", 4, 4));
+    let mut pod = labelled_pod("x", 0);
+    pod.metadata.owner_references = Some(vec![owner("x")]);
+    pod.metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert(LABEL_SLICE.into(), "a".into());
+    let inv = Inventory::build(&nodes, &[Arc::new(LeanPod::from(&pod))]);
+    assert!(matches!(
+        inv.slice("a").unwrap().occupancy,
+        Occupancy::Held(ref h) if h.owner_uid == "uid-x"
+    ));
+}
+
+#[test]
+fn contenders_are_ordered_by_their_earliest_claim_whatever_the_pod_order() {
+    let nodes = arcs(node_pool("a", "tpu-v6e-slice", "4x4", 4, 4));
+    let created = |mut pod: Pod, secs: i64| {
+        pod.metadata.creation_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(secs)));
+        Arc::new(LeanPod::from(&pod))
+    };
+    let late_x = created(full_worker_pod("x", 0, "a-0"), 20);
+    let early_x = created(full_worker_pod("x", 0, "a-1"), 5);
+    let y = created(full_worker_pod("y", 0, "a-2"), 10);
+    for pods in [
+        vec![late_x.clone(), y.clone(), early_x.clone()],
+        vec![y.clone(), early_x.clone(), late_x.clone()],
+    ] {
+        let inv = Inventory::build(&nodes, &pods);
+        let Occupancy::Contended(holders) = &inv.slice("a").unwrap().occupancy else {
+            panic!("two clusters on one slice are contenders")
+        };
+        let order: Vec<_> = holders.iter().map(|h| (h.cluster.as_str(), h.since)).collect();
+        assert_eq!(order, [("x", Some(at(5))), ("y", Some(at(10)))]);
+    }
 }
 
 #[test]

@@ -91,6 +91,7 @@ impl Planner<'_> {
             head_exhausted,
             self.now,
         );
+        status.avoided_slices = self.avoided.clone();
         if self.fresh_spec {
             status.create_failures = 0;
             status.create_retry_after = None;

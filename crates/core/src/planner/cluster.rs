@@ -32,6 +32,8 @@ pub(super) struct Planner<'a> {
     pub(super) fresh_spec: bool,
     /// No pod is created before this time (the API server rejected our last create).
     pub(super) create_hold: Option<Timestamp>,
+    /// Slices not to place a group on yet (placement timeouts), written back to the status.
+    pub(super) avoided: Vec<crate::api::AvoidedSlice>,
 }
 
 impl<'a> Planner<'a> {
@@ -53,6 +55,7 @@ impl<'a> Planner<'a> {
             wake: None,
             fresh_spec: false,
             create_hold: None,
+            avoided: super::avoid::still_avoided(&previous.avoided_slices, now),
         }
     }
 

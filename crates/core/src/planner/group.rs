@@ -42,6 +42,12 @@ impl<'a> Planner<'a> {
         let own: HashSet<&str> = observed.values().filter_map(|r| r.slice).collect();
         let usable = self.usable_slices(group, &own, grace);
         memory.available_slices = available_slices(group, usable.len());
+        // Named only while they matter, so that others' churn rewrites no settled status.
+        memory.busy_slices = if memory.available_slices < group.spec.slices.max {
+            self.busy_slices(group)
+        } else {
+            Vec::new()
+        };
         // Once workers have finished, the group's size is what they finished at.
         let finishing = kept
             .iter()
@@ -134,8 +140,13 @@ impl<'a> Planner<'a> {
             membership: super::render::membership_label(self.tc.spec.membership),
             now: self.now,
             grace,
+            owner_uid: self.tc.metadata.uid.as_deref().unwrap_or_default(),
+            group: group.name(),
+            placement_timeout: self.placement_timeout(group),
         };
         let (observed, strays) = observe::replicas(pods, &judging, self.inventory);
+        self.avoid_unschedulable(&observed);
+        self.wake_for_unscheduled(&observed, judging.placement_timeout);
         if !strays.is_empty() {
             self.delete_whole(group.name(), None, DeleteReason::BadReplicaIndex, &strays);
         }

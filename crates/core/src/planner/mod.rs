@@ -17,6 +17,7 @@
 //! decision in the plan (`effects`: deletes, events, the next wake-up).
 
 mod assemble;
+mod avoid;
 mod budget;
 mod cluster;
 mod completion;

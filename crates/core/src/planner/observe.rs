@@ -8,7 +8,7 @@ use rayon::prelude::*;
 
 use super::reason::DeleteReason;
 use crate::constants::*;
-use crate::inventory::Inventory;
+use crate::inventory::{Holder, Inventory, Occupancy};
 
 /// How long a just-created group may look incomplete before it counts as broken. Our own
 /// creates are outstanding until the cache shows them (the controller does not plan before),
@@ -63,6 +63,12 @@ pub struct Judging<'a> {
     pub membership: &'a str,
     pub now: Timestamp,
     pub grace: SignedDuration,
+    /// Uid of the TrainCluster and the group's name: who we are in a contest for a slice.
+    pub owner_uid: &'a str,
+    pub group: &'a str,
+    /// How long a member placed on a slice may stay unscheduled (None: the group's pods are
+    /// not placed by us, e.g. left to a cluster autoscaler).
+    pub placement_timeout: Option<SignedDuration>,
 }
 
 /// The operator's labels of one pod, parsed once (the planner looks at 64,000 of them).
@@ -245,7 +251,8 @@ fn verdict(
     };
     let problem = node_loss
         .or_else(|| member_lost(facts, judging.success_counts))
-        .or_else(|| bad_host_index(facts, hosts));
+        .or_else(|| bad_host_index(facts, hosts))
+        .or_else(|| placement_problem(facts, pinned, judging, inventory));
     if let Some(reason) = problem {
         return Verdict::Broken(reason);
     }
@@ -292,6 +299,53 @@ fn node_lost(
             })
         }),
     }
+}
+
+/// A group placed on a slice it cannot have: another TrainCluster's group claimed the slice
+/// first (the earliest claim keeps it, so every operator draws the same conclusion), or a
+/// member is still unscheduled past the placement timeout.
+fn placement_problem(
+    facts: &[PodFacts<'_>],
+    pinned: Option<&str>,
+    judging: &Judging<'_>,
+    inventory: &Inventory,
+) -> Option<DeleteReason> {
+    let id = pinned?;
+    if let Some(Occupancy::Contended(holders)) = inventory.slice(id).map(|s| &s.occupancy) {
+        let ours = |h: &Holder| h.owner_uid == judging.owner_uid && h.group == judging.group;
+        let first = &holders[0];
+        if !ours(first) && holders.iter().any(ours) {
+            return Some(DeleteReason::SliceContended {
+                slice: id.to_string(),
+                winner: format!(
+                    "TrainCluster {}/{} (group {})",
+                    first.namespace, first.cluster, first.group
+                ),
+            });
+        }
+    }
+    let timeout = judging.placement_timeout?;
+    let stuck = facts.iter().find(|f| {
+        unscheduled(f.pod)
+            && f.pod
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .and_then(|t| t.0.saturating_add(timeout).ok())
+                .is_some_and(|deadline| deadline <= judging.now)
+    })?;
+    Some(DeleteReason::PlacementTimeout {
+        pod: stuck.pod.name().to_string(),
+        slice: id.to_string(),
+        seconds: timeout.as_secs().try_into().unwrap_or(u32::MAX),
+    })
+}
+
+/// Waiting for a node: not bound, not finished, not being deleted.
+pub fn unscheduled(pod: &LeanPod) -> bool {
+    pod.node_name.is_none()
+        && pod.metadata.deletion_timestamp.is_none()
+        && matches!(pod.phase.as_deref(), None | Some("Pending"))
 }
 
 /// Every host is there, with its own index, and exited 0.

@@ -12,6 +12,9 @@ use crate::api::GroupStatus;
 use crate::api::validate::ResolvedGroup;
 use crate::inventory::{Holder, Occupancy, Slice};
 
+/// Busy slices named in a group's status; the rest are counted.
+const BUSY_LISTED: usize = 8;
+
 /// How long to wait before looking again for free slices a group needs.
 const SLICE_RETRY: SignedDuration = SignedDuration::from_secs(5);
 
@@ -52,7 +55,7 @@ impl<'a> Planner<'a> {
     /// per the inventory) that are not lost, then ready free ones not promised to another
     /// group, in name order.
     pub(super) fn usable_slices(
-        &self,
+        &mut self,
         group: &ResolvedGroup<'_>,
         own: &HashSet<&str>,
         grace: SignedDuration,
@@ -60,24 +63,28 @@ impl<'a> Planner<'a> {
         let Some(shape) = &group.shape else {
             return Vec::new();
         };
-        let namespace = self.tc.metadata.namespace.as_deref().unwrap_or_default();
-        let cluster = self.tc.metadata.name.as_deref().unwrap_or_default();
+        let uid = self.tc.metadata.uid.as_deref().unwrap_or_default();
         let name = group.name();
         let accelerator = shape.generation.accelerator_label();
         let topology = shape.topology.to_string();
-        let ours = |h: &Holder| h.namespace == namespace && h.cluster == cluster && h.group == name;
+        let ours = |h: &Holder| h.owner_uid == uid && h.group == name;
         let mut held = Vec::new();
         let mut free = Vec::new();
         for slice in self.inventory.slices() {
-            if !slice.matches(accelerator, &topology, shape.hosts) {
+            if !slice.matches(accelerator, &topology, shape.hosts) || self.avoids(&slice.id) {
+                continue;
+            }
+            // A slice another cluster claimed first is theirs: our group there is leaving.
+            if let Occupancy::Contended(hs) = &slice.occupancy
+                && !ours(&hs[0])
+            {
                 continue;
             }
             // Our own pods are the fresher witness: the inventory may be a moment old.
             let held_by_us = own.contains(slice.id.as_str())
                 || match &slice.occupancy {
                     Occupancy::Held(h) => ours(h),
-                    // e.g. a leftover pod with our labels but another owner on our slice
-                    Occupancy::Contended(hs) => hs.iter().any(ours),
+                    Occupancy::Contended(hs) => ours(&hs[0]),
                     _ => false,
                 };
             if held_by_us {
@@ -95,6 +102,39 @@ impl<'a> Planner<'a> {
         }
         held.extend(free);
         held
+    }
+
+    /// Slices of the group's shape that others use, and by what (for `kubectl describe`):
+    /// at most [`BUSY_LISTED`], then how many more.
+    pub(super) fn busy_slices(&self, group: &ResolvedGroup<'_>) -> Vec<String> {
+        let Some(shape) = &group.shape else {
+            return Vec::new();
+        };
+        let uid = self.tc.metadata.uid.as_deref().unwrap_or_default();
+        let topology = shape.topology.to_string();
+        let accelerator = shape.generation.accelerator_label();
+        let others = |h: &Holder| {
+            (h.owner_uid != uid).then(|| format!("TrainCluster {}/{}", h.namespace, h.cluster))
+        };
+        let mut busy = self
+            .inventory
+            .slices()
+            .filter(|s| s.matches(accelerator, &topology, shape.hosts))
+            .filter_map(|s| {
+                let by = match &s.occupancy {
+                    Occupancy::Foreign(use_) => Some(use_.to_string()),
+                    Occupancy::Held(h) => others(h),
+                    Occupancy::Contended(hs) => others(&hs[0]),
+                    Occupancy::Free => None,
+                }?;
+                Some(format!("{}: {by}", s.id))
+            });
+        let mut listed: Vec<String> = busy.by_ref().take(BUSY_LISTED).collect();
+        let more = busy.count();
+        if more > 0 {
+            listed.push(format!("and {more} more"));
+        }
+        listed
     }
 
     /// Create the `wanted` replicas, each whole and, for a slice-shaped group, on the next

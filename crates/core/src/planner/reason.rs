@@ -78,6 +78,19 @@ pub enum DeleteReason {
         node: String,
         detail: String,
     },
+    /// A member stayed unscheduled past `elastic.placementTimeoutSeconds`: the slice is
+    /// busy or broken in a way the Nodes do not show. Retried elsewhere, never charged.
+    PlacementTimeout {
+        pod: String,
+        slice: String,
+        seconds: u32,
+    },
+    /// Another TrainCluster's group claimed the same slice first (two clusters or two
+    /// operators chose it at once): this one gives it up, uncharged.
+    SliceContended {
+        slice: String,
+        winner: String,
+    },
 }
 
 impl DeleteReason {
@@ -124,6 +137,8 @@ impl DeleteReason {
             DeleteReason::HeadRemoved => "HeadRemoved",
             DeleteReason::TtlExpired => "TtlExpired",
             DeleteReason::StuckTerminating { .. } => "StuckTerminating",
+            DeleteReason::PlacementTimeout { .. } => "PlacementTimeout",
+            DeleteReason::SliceContended { .. } => "SliceContended",
         }
     }
 }
@@ -184,6 +199,19 @@ impl fmt::Display for DeleteReason {
             DeleteReason::StuckTerminating { node, detail } => write!(
                 f,
                 "stuck Terminating on node {node} ({detail}); deleting without waiting for its kubelet"
+            ),
+            DeleteReason::PlacementTimeout {
+                pod,
+                slice,
+                seconds,
+            } => write!(
+                f,
+                "pod {pod} was not scheduled on slice {slice} within {seconds} s \
+                 (elastic.placementTimeoutSeconds); the slice is avoided for as long"
+            ),
+            DeleteReason::SliceContended { slice, winner } => write!(
+                f,
+                "slice {slice} was claimed first by {winner}; placing this group elsewhere"
             ),
         }
     }

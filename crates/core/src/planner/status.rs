@@ -36,6 +36,7 @@ pub(super) fn cluster_status(
         completion_time: None,
         create_failures: previous.create_failures,
         create_retry_after: previous.create_retry_after.clone(),
+        avoided_slices: Vec::new(),
         conditions: previous.conditions.clone(),
         groups: groups.iter().map(|g| g.status.clone()).collect(),
         head: None,
@@ -90,8 +91,12 @@ fn set_conditions(
         .iter()
         .filter(|g| g.status.available_slices < g.min.max(1))
         .map(|g| {
+            let busy = match g.status.busy_slices.as_slice() {
+                [] => String::new(),
+                busy => format!(" (busy: {})", busy.join(", ")),
+            };
             format!(
-                "group {}: {} of slices.min {} available",
+                "group {}: {} of slices.min {} available{busy}",
                 g.status.name,
                 g.status.available_slices,
                 g.min.max(1)

@@ -28,6 +28,9 @@ fn observe(scene: &Scene) -> (BTreeMap<u32, ObservedReplica<'_>>, Vec<&LeanPod>)
         membership: "Independent",
         now: scene.world.now,
         grace: GRACE,
+        owner_uid: "uid-demo",
+        group: "workers",
+        placement_timeout: None,
     };
     replicas(&facts, &judging, &scene.inventory)
 }

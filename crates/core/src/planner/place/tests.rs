@@ -78,7 +78,7 @@ fn a_held_slice_that_is_lost_is_not_usable() {
     }
     let scene = Scene::new(world);
     let group = scene.group();
-    let planner = scene.planner();
+    let mut planner = scene.planner();
     let usable = planner.usable_slices(&group, &HashSet::new(), GRACE);
     assert_eq!(ids(&usable), ["pool-1", "pool-2", "pool-3", "pool-4"]);
 }
@@ -87,7 +87,7 @@ fn a_held_slice_that_is_lost_is_not_usable() {
 fn our_own_pods_make_a_slice_held_even_when_the_inventory_says_free() {
     let scene = Scene::fresh(Membership::Independent, 1, 2, 3);
     let group = scene.group();
-    let planner = scene.planner();
+    let mut planner = scene.planner();
     let own = HashSet::from(["pool-2"]);
     let usable = planner.usable_slices(&group, &own, GRACE);
     assert_eq!(ids(&usable), ["pool-2", "pool-0", "pool-1"]);

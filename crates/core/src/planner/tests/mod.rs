@@ -6,6 +6,7 @@ mod elastic;
 mod failures;
 mod hygiene;
 mod lifecycle;
+mod placement;
 mod recovery;
 
 use std::collections::{BTreeSet, HashSet};

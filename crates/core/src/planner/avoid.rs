@@ -1,0 +1,109 @@
+//! Slices a group could not be scheduled on: remembered in `status.avoidedSlices` and not
+//! chosen again until their cool-down (as long as the placement timeout) has passed.
+
+use std::collections::BTreeMap;
+
+use jiff::{SignedDuration, Timestamp};
+
+use super::cluster::Planner;
+use super::observe::{ObservedReplica, Verdict};
+use super::{DeleteReason, parse_time};
+use crate::api::AvoidedSlice;
+use crate::api::validate::ResolvedGroup;
+
+/// The avoided slices still cooling down at `now` (expired ones are forgotten).
+pub(super) fn still_avoided(previous: &[AvoidedSlice], now: Timestamp) -> Vec<AvoidedSlice> {
+    previous
+        .iter()
+        .filter(|a| parse_time(Some(&a.until)).is_some_and(|until| until > now))
+        .cloned()
+        .collect()
+}
+
+impl Planner<'_> {
+    /// How long a group's member may stay unscheduled on the slice it was placed on. Groups
+    /// whose pods wait for an autoscaler (`waitForReadySlices: false`) are not placed by us.
+    pub(super) fn placement_timeout(&self, group: &ResolvedGroup<'_>) -> Option<SignedDuration> {
+        let elastic = &self.tc.spec.elastic;
+        (group.shape.is_some() && elastic.wait_for_ready_slices)
+            .then(|| SignedDuration::from_secs(elastic.placement_timeout_seconds.into()))
+    }
+
+    /// Remember the slice of every replica given up for a placement timeout. A slice already
+    /// remembered keeps its deadline: a group judged again while its pods go does not
+    /// extend it.
+    pub(super) fn avoid_unschedulable(&mut self, observed: &BTreeMap<u32, ObservedReplica<'_>>) {
+        let seconds = self.tc.spec.elastic.placement_timeout_seconds;
+        for replica in observed.values() {
+            let Verdict::Broken(DeleteReason::PlacementTimeout { slice, .. }) = &replica.verdict
+            else {
+                continue;
+            };
+            if self.avoided.iter().any(|a| &a.slice == slice) {
+                continue;
+            }
+            let until = self
+                .now
+                .saturating_add(SignedDuration::from_secs(seconds.into()))
+                .unwrap_or(self.now);
+            self.avoided.push(AvoidedSlice {
+                slice: slice.clone(),
+                until: until.to_string(),
+            });
+        }
+    }
+
+    /// Look again when the first unscheduled member of a kept replica reaches its placement
+    /// deadline.
+    pub(super) fn wake_for_unscheduled(
+        &mut self,
+        observed: &BTreeMap<u32, ObservedReplica<'_>>,
+        timeout: Option<SignedDuration>,
+    ) {
+        let Some(timeout) = timeout else { return };
+        let deadlines: Vec<Timestamp> = observed
+            .values()
+            .filter(|r| r.slice.is_some() && !matches!(r.verdict, Verdict::Broken(_)))
+            .flat_map(|r| &r.pods)
+            .filter(|p| super::observe::unscheduled(p))
+            .filter_map(|p| p.metadata.creation_timestamp.as_ref())
+            .filter_map(|t| t.0.saturating_add(timeout).ok())
+            .collect();
+        if let Some(first) = deadlines.into_iter().min() {
+            self.wake_at(first);
+        }
+    }
+
+    /// True while `slice` is cooling down after a placement timeout; the planner looks
+    /// again when it ends.
+    pub(super) fn avoids(&mut self, slice: &str) -> bool {
+        let until = self
+            .avoided
+            .iter()
+            .find(|a| a.slice == slice)
+            .and_then(|a| parse_time(Some(&a.until)));
+        match until {
+            Some(until) if until > self.now => {
+                self.wake_at(until);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::at;
+
+    #[test]
+    fn expired_cool_downs_are_forgotten() {
+        let avoided = |slice: &str, until: i64| AvoidedSlice {
+            slice: slice.into(),
+            until: at(until).to_string(),
+        };
+        let kept = still_avoided(&[avoided("a", 10), avoided("b", 30)], at(20));
+        assert_eq!(kept, [avoided("b", 30)]);
+    }
+}
