@@ -29,7 +29,7 @@ WORKLOAD_RULES = {
     ("events.k8s.io", "events"): {"create", "patch"},
     ("", "events"): {"create", "patch"},
 }
-NODE_RULES = {("", "nodes"): {"get", "list", "watch"}}
+CLUSTER_READ_RULES = {("", "nodes"): {"get", "list", "watch"}, ("", "pods"): {"get", "list", "watch"}}
 LEASE_RULES = {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
 
 
@@ -189,8 +189,8 @@ def test_no_wildcards_anywhere(default_docs):
 
 
 def test_default_rbac_exact(default_docs):
-    nodes = one(default_docs, "ClusterRole", "slice-operator-nodes")
-    assert rule_map(nodes) == NODE_RULES
+    cluster_read = one(default_docs, "ClusterRole", "slice-operator-cluster-read")
+    assert rule_map(cluster_read) == CLUSTER_READ_RULES
     workload = one(default_docs, "ClusterRole", "slice-operator")
     assert rule_map(workload) == WORKLOAD_RULES
     lease = one(default_docs, "Role", "slice-operator-leader-election")
@@ -321,11 +321,11 @@ def test_namespaced_rbac():
     assert rb["metadata"]["namespace"] == "ml-team"
     assert rb["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "slice-operator"}
     assert rb["subjects"][0]["namespace"] == NAMESPACE
-    # Nodes stay cluster-scoped.
+    # Nodes and pods are read cluster-wide (busy slices, other installs' pods); no more.
     cluster_roles = by_kind(docs, "ClusterRole")
-    assert [r["metadata"]["name"] for r in cluster_roles] == ["slice-operator-nodes"]
-    assert rule_map(cluster_roles[0]) == NODE_RULES
-    assert [b["metadata"]["name"] for b in by_kind(docs, "ClusterRoleBinding")] == ["slice-operator-nodes"]
+    assert [r["metadata"]["name"] for r in cluster_roles] == ["slice-operator-cluster-read"]
+    assert rule_map(cluster_roles[0]) == CLUSTER_READ_RULES
+    assert [b["metadata"]["name"] for b in by_kind(docs, "ClusterRoleBinding")] == ["slice-operator-cluster-read"]
     # Lease Role still in the release namespace.
     lease = one(docs, "Role", "slice-operator-leader-election")
     assert lease["metadata"]["namespace"] == NAMESPACE

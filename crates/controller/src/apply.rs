@@ -54,12 +54,12 @@ fn is_code(e: &kube::Error, code: u16) -> bool {
 }
 
 /// Create the headless Service if it is missing or repair it if it drifted; no write otherwise.
-pub async fn ensure_service(api: &Api<Service>, desired: &Service) -> Result<bool> {
+pub async fn ensure_service(
+    api: &Api<Service>,
+    current: Option<&Service>,
+    desired: &Service,
+) -> Result<bool> {
     let name = desired.metadata.name.clone().unwrap_or_default();
-    let current = (|| bounded(api.get_opt(&name)))
-        .retry(backoff())
-        .when(retryable)
-        .await?;
     match current {
         None => {
             let params = PostParams {
@@ -76,7 +76,8 @@ pub async fn ensure_service(api: &Api<Service>, desired: &Service) -> Result<boo
                 Err(e) => Err(e.into()),
             }
         }
-        Some(svc) if service_matches(&svc, desired) => Ok(false),
+        Some(svc) if service_matches(svc, desired) => Ok(false),
+        Some(svc) if !controlled_alike(svc, desired) => Ok(false),
         Some(_) => {
             let patch = json!({ "spec": {
                 "clusterIP": "None",
@@ -92,6 +93,28 @@ pub async fn ensure_service(api: &Api<Service>, desired: &Service) -> Result<boo
             Ok(true)
         }
     }
+}
+
+/// The Service of `name` as the API server has it now.
+pub async fn current_service(api: &Api<Service>, name: &str) -> Result<Option<Service>> {
+    Ok((|| bounded(api.get_opt(name)))
+        .retry(backoff())
+        .when(retryable)
+        .await?)
+}
+
+/// Both controlled by the same owner (uid): only then is the Service ours to mend.
+fn controlled_alike(current: &Service, desired: &Service) -> bool {
+    let controller = |s: &Service| {
+        s.metadata
+            .owner_references
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .find(|o| o.controller == Some(true))
+            .map(|o| o.uid.clone())
+    };
+    controller(current).is_some() && controller(current) == controller(desired)
 }
 
 fn service_matches(current: &Service, desired: &Service) -> bool {

@@ -6,8 +6,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
+use std::sync::Arc;
+
 use kube::Client;
+use kube::core::DeserializeGuard;
 use kube::runtime::events::Recorder;
+use kube::runtime::reflector::Store;
+use slice_core::api::TrainCluster;
 
 use super::config::OperatorConfig;
 use super::events::EventBudget;
@@ -23,6 +28,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// The Pod and Node caches; set once this replica leads (a standby watches nothing).
     caches: OnceLock<Caches>,
+    /// The controller's TrainCluster store: who else needs which names.
+    trainclusters: OnceLock<Store<DeserializeGuard<TrainCluster>>>,
     /// The pod cache's relist count when it was found to have stopped showing our writes
     /// (`u64::MAX`: it has not). Until it has listed again, nothing is planned from it, by
     /// any cluster.
@@ -38,7 +45,7 @@ pub struct Context {
 
 /// The watched collections.
 pub struct Caches {
-    /// Every pod carrying `slices.dev/cluster` (in the watched namespaces).
+    /// Every pod using TPU chips or carrying `slices.dev/cluster`, in every namespace.
     pub pods: Cache<LeanPod>,
     /// Every node carrying the TPU accelerator label.
     pub nodes: Cache<LeanNode>,
@@ -76,6 +83,7 @@ impl Context {
             metrics: Metrics::default(),
             recorder,
             caches: OnceLock::new(),
+            trainclusters: OnceLock::new(),
             stalled_at: AtomicU64::new(u64::MAX),
             leader: AtomicBool::new(false),
             planning: Mutex::new(Planning::default()),
@@ -87,6 +95,27 @@ impl Context {
         if self.caches.set(Caches { pods, nodes }).is_err() {
             tracing::error!("caches set twice; keeping the first");
         }
+    }
+
+    pub fn set_trainclusters(&self, store: Store<DeserializeGuard<TrainCluster>>) {
+        let _ = self.trainclusters.set(store);
+    }
+
+    /// The valid TrainClusters of `namespace` the controller knows.
+    pub fn trainclusters_in(&self, namespace: &str) -> Vec<Arc<DeserializeGuard<TrainCluster>>> {
+        self.trainclusters
+            .get()
+            .map(|store| {
+                store
+                    .state()
+                    .into_iter()
+                    .filter(|g| {
+                        g.0.as_ref()
+                            .is_ok_and(|tc| tc.metadata.namespace.as_deref() == Some(namespace))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// The caches. Reconciles run only after [`Context::set_caches`].

@@ -164,31 +164,32 @@ where
     F: Future<Output = ()> + Send + Sync + 'static,
 {
     let config = &ctx.config;
-    let (tc_api, pod_api): (Api<DeserializeGuard<TrainCluster>>, Api<LeanPod>) =
-        match &config.namespace {
-            Some(ns) => (
-                Api::namespaced(client.clone(), ns),
-                Api::namespaced(client.clone(), ns),
-            ),
-            None => (Api::all(client.clone()), Api::all(client.clone())),
-        };
+    let tc_api: Api<DeserializeGuard<TrainCluster>> = match &config.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    // Pods of every namespace: any TPU pod makes its slice busy, whoever runs it.
+    let pod_api: Api<LeanPod> = Api::all(client.clone());
     let service_api: Api<Service> = match &config.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
     let node_api: Api<LeanNode> = Api::all(client.clone());
 
-    // Narrow watches: only the operator's pods, only TPU nodes, each read straight into its
-    // lean view (slice_core::lean). See watches.rs for how freshness follows from them.
+    // Lean watches: TPU pods (anyone's) and pods labelled as ours, TPU nodes; each read
+    // straight into its lean view (slice_core::lean), everything else dropped on arrival.
+    // See watches.rs for how freshness follows from them.
     let pods = watches::start(
         pod_api,
-        watcher::Config::default().labels(LABEL_CLUSTER),
+        watcher::Config::default(),
         watches::same_pod,
+        watches::keep_pod,
     );
     let nodes = watches::start(
         node_api,
         watcher::Config::default().labels(NODE_LABEL_ACCELERATOR),
         watches::same_node,
+        watches::keep_all,
     );
     let (pod_changes, pod_relists, pods_gone) = (pods.changes, pods.relisted, pods.deleted);
     let (node_changes, node_relists) = (nodes.changes, nodes.relisted);
@@ -215,6 +216,7 @@ where
     let controller = Controller::new(tc_api, watcher::Config::default())
         .with_config(ControllerConfig::default().concurrency(config.concurrency));
     let trainclusters = controller.store();
+    ctx.set_trainclusters(trainclusters.clone());
     let _sweeper = AbortOnDrop(vec![tokio::spawn(forget_deleted(
         ctx.clone(),
         trainclusters.clone(),
@@ -231,10 +233,30 @@ where
                 .unwrap_or_default()
         }
     };
+    let pod_to_clusters = {
+        let (trainclusters, nodes) = (trainclusters.clone(), ctx.caches().nodes.store.clone());
+        let watched = config.namespace.clone();
+        move |pod: Arc<LeanPod>| {
+            // Ours: its TrainCluster. Anyone else's TPU pod: every cluster of its slice's
+            // shape (the slice turned busy or free).
+            let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+            if let Some((name, _)) = slice_core::inventory::train_cluster_owner(&pod)
+                && watched.as_ref().is_none_or(|w| *w == namespace)
+            {
+                return vec![ObjectRef::new(name).within(&namespace)];
+            }
+            let node = pod
+                .node_name
+                .as_deref()
+                .and_then(|n| nodes.get(&ObjectRef::new(n)));
+            node.map(|node| clusters_of_shape(&trainclusters, &node))
+                .unwrap_or_default()
+        }
+    };
     let node_to_clusters = move |node: Arc<LeanNode>| clusters_of_shape(&trainclusters, &node);
     let relists = futures::stream::select(pod_relists, node_relists);
     let controller = controller
-        .owns_shared_stream(pod_changes)
+        .watches_shared_stream(pod_changes, pod_to_clusters)
         .owns(
             service_api,
             watcher::Config::default().labels(LABEL_CLUSTER),

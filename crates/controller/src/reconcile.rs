@@ -212,6 +212,11 @@ async fn reconcile_inner(tc: &TrainCluster, ctx: &Context, namespace: &str) -> R
     // The planner's memory is its last status: ours while the cache has not shown it.
     let mut observed = tc.clone();
     observed.status = planner_memory(tc, ctx, namespace, &uid).await?;
+    // Names others hold: pod names of a cluster created first, a Service we do not own.
+    let service_api: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
+    let service_name = planner::render::headless_service_name(&name);
+    let service = apply::current_service(&service_api, &service_name).await?;
+    let conflicts = name_conflicts(tc, ctx, namespace, service.as_ref());
     let plan = {
         // One planner at a time, and the creates it plans are expected (their slices taken)
         // before the next one plans.
@@ -223,6 +228,7 @@ async fn reconcile_inner(tc: &TrainCluster, ctx: &Context, namespace: &str) -> R
             pods: &pods,
             inventory: &inventory,
             reserved: &reserved,
+            conflicts: &conflicts,
             now: jiff::Timestamp::now(),
         });
         ctx.with_memory(&uid, |m| {
@@ -237,7 +243,15 @@ async fn reconcile_inner(tc: &TrainCluster, ctx: &Context, namespace: &str) -> R
         plan
     };
     let mut progress = Progress::default();
-    let applied = apply_plan(ctx, tc, &observed, &plan, relists, &mut progress).await;
+    let applied = apply_plan(
+        ctx,
+        tc,
+        &observed,
+        (&plan, service.as_ref()),
+        relists,
+        &mut progress,
+    )
+    .await;
     if applied.is_err() || progress.creates < plan.create.len() {
         // Creates not made (or rolled back) are not coming; they hold no slice.
         ctx.with_memory(&uid, |m| {
@@ -255,9 +269,34 @@ async fn reconcile_inner(tc: &TrainCluster, ctx: &Context, namespace: &str) -> R
         ctx.metrics.observe_recovery(since.elapsed());
     }
     let resync = Duration::from_secs(ctx.config.resync_seconds);
+    // Names others hold may be freed without an event of ours: look again soon.
+    let resync = match conflicts.is_empty() {
+        true => resync,
+        false => resync.min(CONFLICT_RECHECK),
+    };
     Ok(Action::requeue(
         plan.requeue_after.map_or(resync, |d| d.min(resync)),
     ))
+}
+
+/// How often a cluster whose names others hold looks again.
+const CONFLICT_RECHECK: Duration = Duration::from_secs(15);
+
+fn name_conflicts(
+    tc: &TrainCluster,
+    ctx: &Context,
+    namespace: &str,
+    service: Option<&Service>,
+) -> Vec<slice_core::api::validate::FieldError> {
+    let neighbours = ctx.trainclusters_in(namespace);
+    let others: Vec<&TrainCluster> = neighbours
+        .iter()
+        .filter_map(|g| g.0.as_ref().ok())
+        .collect();
+    let mut conflicts = slice_core::api::naming::name_collisions(tc, &others);
+    conflicts
+        .extend(service.and_then(|s| slice_core::api::naming::foreign_service(tc, &s.metadata)));
+    conflicts
 }
 
 /// The planner's memory: the status we last wrote while the cache has not shown it, else the
@@ -308,13 +347,13 @@ async fn apply_plan(
     ctx: &Context,
     tc: &TrainCluster,
     observed: &TrainCluster,
-    plan: &planner::Plan,
+    (plan, service): (&planner::Plan, Option<&Service>),
     relists: u64,
     progress: &mut Progress,
 ) -> Result<()> {
     let (namespace, name, uid) = (tc.namespace().unwrap_or_default(), tc.name_any(), uid(tc));
     let service_api: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
-    apply::ensure_service(&service_api, &plan.service).await?;
+    apply::ensure_service(&service_api, service, &plan.service).await?;
     let api: Api<TrainCluster> = Api::namespaced(ctx.client.clone(), &namespace);
     // Status first: it carries the planner's memory (epoch, incarnations, failures counted),
     // so a crash after it converges instead of repeating decisions.

@@ -70,11 +70,13 @@ pub struct Watch<K: Resource<DynamicType = ()> + 'static> {
 }
 
 /// Start watching `api` in a task of its own. `same_for_planner(old, new)` says whether an
-/// update changes nothing the planner reads (then nothing is triggered).
+/// update changes nothing the planner reads (then nothing is triggered); objects for which
+/// `keep` is false are never stored (one that stops being kept is removed).
 pub fn start<K>(
     api: Api<K>,
     config: watcher::Config,
     same_for_planner: fn(&K, &K) -> bool,
+    keep: fn(&K) -> bool,
 ) -> Watch<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync,
@@ -97,6 +99,7 @@ where
         deleted_tx,
         relist_tx,
         same_for_planner,
+        keep,
     };
     let task = tokio::spawn(run(api, config, state, relist.clone()));
     Watch {
@@ -124,6 +127,7 @@ struct WatchState<K: Resource<DynamicType = ()> + Clone + 'static> {
     deleted_tx: mpsc::UnboundedSender<Arc<K>>,
     relist_tx: mpsc::UnboundedSender<()>,
     same_for_planner: fn(&K, &K) -> bool,
+    keep: fn(&K) -> bool,
 }
 
 async fn run<K>(api: Api<K>, config: watcher::Config, mut state: WatchState<K>, relist: Arc<Notify>)
@@ -157,6 +161,9 @@ where
     K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
 {
     fn apply(&mut self, event: watcher::Event<K>) {
+        let Some(event) = self.kept(event) else {
+            return;
+        };
         let changed = match &event {
             watcher::Event::Apply(obj) => {
                 let old = self.reader.get(&ObjectRef::from_obj(obj));
@@ -191,6 +198,39 @@ where
             let _ = self.change_tx.unbounded_send(obj);
         }
     }
+}
+
+impl<K> WatchState<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    /// The event as the store should see it: objects not kept are dropped, or removed if the
+    /// store holds them (they were kept before).
+    fn kept(&self, event: watcher::Event<K>) -> Option<watcher::Event<K>> {
+        let held = |obj: &K| self.reader.get(&ObjectRef::from_obj(obj)).is_some();
+        match event {
+            watcher::Event::Apply(obj) | watcher::Event::Delete(obj)
+                if !(self.keep)(&obj) && !held(&obj) =>
+            {
+                None
+            }
+            watcher::Event::Apply(obj) if !(self.keep)(&obj) => Some(watcher::Event::Delete(obj)),
+            watcher::Event::InitApply(obj) if !(self.keep)(&obj) => None,
+            event => Some(event),
+        }
+    }
+}
+
+/// Pods the operator keeps: every pod using TPU chips (whoever runs it, in any namespace:
+/// it makes its slice busy) and every pod carrying `slices.dev/cluster` (ours, or posing
+/// as ours). Everything else is dropped as it arrives.
+pub fn keep_pod(pod: &LeanPod) -> bool {
+    pod.requests_tpu || pod.label(slice_core::constants::LABEL_CLUSTER).is_some()
+}
+
+/// Every node the watch's selector delivers.
+pub fn keep_all<K>(_: &K) -> bool {
+    true
 }
 
 /// An update to a pod that changes nothing the planner reads (the lean view already drops
@@ -249,6 +289,78 @@ mod tests {
             .taint_keys
             .push("node.kubernetes.io/unreachable".into());
         assert!(!same_node(&node("1", true), &tainted));
+    }
+
+    fn pod(name: &str, tpu: bool, ours: bool) -> LeanPod {
+        let mut p = LeanPod::default();
+        p.metadata.name = Some(name.into());
+        p.metadata.namespace = Some("ns".into());
+        p.requests_tpu = tpu;
+        if ours {
+            p.metadata.labels = Some(
+                [(
+                    slice_core::constants::LABEL_CLUSTER.to_string(),
+                    "c".to_string(),
+                )]
+                .into(),
+            );
+        }
+        p
+    }
+
+    fn pod_watch_state() -> (WatchState<LeanPod>, mpsc::UnboundedReceiver<Arc<LeanPod>>) {
+        let (reader, writer) = store::<LeanPod>();
+        let (change_tx, changes) = mpsc::unbounded();
+        let state = WatchState {
+            writer,
+            reader,
+            version: Default::default(),
+            relists: Default::default(),
+            synced: Default::default(),
+            change_tx,
+            deleted_tx: mpsc::unbounded().0,
+            relist_tx: mpsc::unbounded().0,
+            same_for_planner: same_pod,
+            keep: keep_pod,
+        };
+        (state, changes)
+    }
+
+    #[test]
+    fn pods_without_tpus_or_our_labels_are_never_stored_nor_trigger_anything() {
+        let (mut state, mut changes) = pod_watch_state();
+        state.apply(watcher::Event::Init);
+        for p in [
+            pod("web", false, false),
+            pod("job", true, false),
+            pod("ours", false, true),
+        ] {
+            state.apply(watcher::Event::InitApply(p));
+        }
+        state.apply(watcher::Event::InitDone);
+        let mut stored: Vec<String> = state
+            .reader
+            .state()
+            .iter()
+            .map(|p| p.name().into())
+            .collect();
+        stored.sort();
+        assert_eq!(stored, ["job", "ours"]);
+        let version = state.version.load(Ordering::Acquire);
+        state.apply(watcher::Event::Apply(pod("web2", false, false)));
+        state.apply(watcher::Event::Delete(pod("web", false, false)));
+        assert_eq!(state.version.load(Ordering::Acquire), version);
+        assert!(changes.try_recv().is_err(), "nothing queued");
+    }
+
+    #[test]
+    fn a_pod_that_stops_being_kept_leaves_the_store() {
+        let (mut state, _changes) = pod_watch_state();
+        state.apply(watcher::Event::Apply(pod("x", false, true)));
+        assert_eq!(state.reader.len(), 1);
+        // Its labels were removed by someone: no longer ours, no TPU.
+        state.apply(watcher::Event::Apply(pod("x", false, false)));
+        assert_eq!(state.reader.len(), 0);
     }
 
     #[test]

@@ -57,6 +57,7 @@ fn bench(c: &mut Criterion) {
                     pods: &pods,
                     inventory: &inventory,
                     reserved: &Default::default(),
+                    conflicts: &[],
                     now: world.now,
                 }))
             })
@@ -74,6 +75,7 @@ fn bench(c: &mut Criterion) {
                     pods: &failed_pods,
                     inventory: &inventory,
                     reserved: &Default::default(),
+                    conflicts: &[],
                     now: failed.now,
                 }))
             })
@@ -96,6 +98,7 @@ fn bench(c: &mut Criterion) {
                         pods: &replaced_pods,
                         inventory: &inventory,
                         reserved: &Default::default(),
+                        conflicts: &[],
                         now: replaced.now,
                     }))
                 })

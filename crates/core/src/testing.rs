@@ -289,6 +289,7 @@ impl World {
             pods: &pods,
             inventory: &inventory,
             reserved: &Default::default(),
+            conflicts: &[],
             now: self.now,
         })
     }

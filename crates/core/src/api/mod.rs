@@ -1,6 +1,7 @@
 //! The `TrainCluster` custom resource (`slices.dev/v1alpha1`).
 
 mod crd;
+pub mod naming;
 mod spec;
 mod status;
 pub mod validate;

@@ -222,7 +222,10 @@ fn labels_without_a_train_cluster_owner_reserve_nothing() {
         .unwrap()
         .insert(LABEL_SLICE.into(), "a".into());
     let inv = Inventory::build(&nodes, &[Arc::new(LeanPod::from(&spoofed))]);
-    assert!(inv.slice("a").unwrap().is_free(), "a pending spoof is no claim");
+    assert!(
+        inv.slice("a").unwrap().is_free(),
+        "a pending spoof is no claim"
+    );
     // Bound and using chips, it is simply another workload.
     let mut bound = run_on(spoofed, "a-0");
     bound.spec.as_mut().unwrap().containers = worker_template(4).spec.unwrap().containers;
@@ -254,8 +257,9 @@ fn a_pending_pod_of_a_train_cluster_holds_the_slice_it_is_pinned_to() {
 fn contenders_are_ordered_by_their_earliest_claim_whatever_the_pod_order() {
     let nodes = arcs(node_pool("a", "tpu-v6e-slice", "4x4", 4, 4));
     let created = |mut pod: Pod, secs: i64| {
-        pod.metadata.creation_timestamp =
-            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(secs)));
+        pod.metadata.creation_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(secs)),
+        );
         Arc::new(LeanPod::from(&pod))
     };
     let late_x = created(full_worker_pod("x", 0, "a-0"), 20);
@@ -269,7 +273,10 @@ fn contenders_are_ordered_by_their_earliest_claim_whatever_the_pod_order() {
         let Occupancy::Contended(holders) = &inv.slice("a").unwrap().occupancy else {
             panic!("two clusters on one slice are contenders")
         };
-        let order: Vec<_> = holders.iter().map(|h| (h.cluster.as_str(), h.since)).collect();
+        let order: Vec<_> = holders
+            .iter()
+            .map(|h| (h.cluster.as_str(), h.since))
+            .collect();
         assert_eq!(order, [("x", Some(at(5))), ("y", Some(at(10)))]);
     }
 }

@@ -67,6 +67,7 @@ impl<'a> Planner<'a> {
         if self.previous.phase == Phase::Succeeded {
             return self.wind_down(pods);
         }
+        self.warn_reserved_labels();
         // Slices our pods are pinned to are taken, whatever a moment-old inventory says.
         self.claimed
             .extend(pods.iter().filter_map(|f| f.slice.map(str::to_string)));
@@ -98,6 +99,26 @@ impl<'a> Planner<'a> {
         let failed = sticky || summaries.iter().any(|s| s.exhausted.is_some());
         self.place_head(&head_pods, &mut head, failed);
         self.finish(summaries, head, head_exhausted)
+    }
+
+    /// `slices.dev/` labels in a template are dropped from the pods (only the operator
+    /// writes those); said once per generation of the spec.
+    fn warn_reserved_labels(&mut self) {
+        if self.previous.observed_generation == self.tc.metadata.generation {
+            return;
+        }
+        let dropped = super::render::reserved_template_labels(self.tc);
+        if !dropped.is_empty() {
+            self.emit(
+                super::EventType::Warning,
+                "ReservedLabelsDropped",
+                format!(
+                    "labels under {} are the operator's own and were left off the pods: {}; remove them from the template",
+                    crate::constants::LABEL_PREFIX,
+                    dropped.join(", ")
+                ),
+            );
+        }
     }
 
     /// Pods of groups no longer in the spec go, whole.

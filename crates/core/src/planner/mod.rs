@@ -65,6 +65,9 @@ pub struct PlanInput<'a> {
     /// Free slices another TrainCluster was just given but whose pods the caches do not show
     /// yet: not free for this plan.
     pub reserved: &'a HashSet<String>,
+    /// Names this cluster needs that others hold (pod names of a TrainCluster created
+    /// first, a Service it does not own): it creates nothing until they are free.
+    pub conflicts: &'a [FieldError],
     pub now: Timestamp,
 }
 
@@ -167,8 +170,12 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         .map(|p| PodFacts::of(p))
         .filter(|f| f.cluster == cluster && is_controlled_by(f.pod, uid))
         .collect();
+    if !input.conflicts.is_empty() {
+        let reason = "NameConflict";
+        return invalid_plan(tc, &previous, input.conflicts, reason, service, input.now);
+    }
     match validate::resolve(tc) {
-        Err(errors) => invalid_plan(tc, &previous, errors, service, input.now),
+        Err(errors) => invalid_plan(tc, &previous, &errors, "InvalidSpec", service, input.now),
         Ok(groups) => Planner::new(
             tc,
             &previous,
@@ -195,7 +202,8 @@ fn is_controlled_by(pod: &LeanPod, uid: Option<&str>) -> bool {
 fn invalid_plan(
     tc: &TrainCluster,
     previous: &TrainClusterStatus,
-    errors: Vec<FieldError>,
+    errors: &[FieldError],
+    reason: &'static str,
     service: Service,
     now: Timestamp,
 ) -> Plan {
@@ -212,7 +220,7 @@ fn invalid_plan(
         &mut plan.status,
         crate::api::CONDITION_VALID,
         false,
-        "InvalidSpec",
+        reason,
         &message,
         tc.metadata.generation,
         now,
@@ -220,7 +228,7 @@ fn invalid_plan(
     if changed {
         plan.events.push(PlannedEvent {
             type_: EventType::Warning,
-            reason: "InvalidSpec",
+            reason,
             note: truncate(&message, 1000),
             after: None,
         });

@@ -126,7 +126,7 @@ pub fn head_pod(tc: &TrainCluster) -> Option<Pod> {
     let cluster = tc.metadata.name.clone().unwrap_or_default();
     let name = head_pod_name(&cluster);
     let mut meta = head.template.metadata.clone().unwrap_or_default();
-    let mut labels = meta.labels.take().unwrap_or_default();
+    let mut labels = user_labels(meta.labels.take());
     labels.extend(base_labels(&cluster, ROLE_HEAD));
     if let Some(hash) = super::revision::head_hash(tc) {
         labels.insert(LABEL_TEMPLATE_HASH.into(), hash);
@@ -185,6 +185,42 @@ fn ensure_tpu_request(spec: &mut PodSpec, chips_per_host: u32) {
         map.get_or_insert_with(BTreeMap::new)
             .insert(TPU_RESOURCE.to_string(), chips.clone());
     }
+}
+
+/// A template's labels without the operator's own (`slices.dev/`): only the operator writes
+/// those, so a template cannot pose as another group, slice or cluster.
+fn user_labels(labels: Option<BTreeMap<String, String>>) -> BTreeMap<String, String> {
+    let mut labels = labels.unwrap_or_default();
+    labels.retain(|key, _| !key.starts_with(LABEL_PREFIX));
+    labels
+}
+
+/// The `slices.dev/` labels a TrainCluster's templates carry (dropped from its pods).
+pub fn reserved_template_labels(tc: &TrainCluster) -> Vec<String> {
+    let head = tc
+        .spec
+        .head
+        .iter()
+        .map(|h| ("spec.head.template", &h.template));
+    let groups = tc
+        .spec
+        .worker_groups
+        .iter()
+        .enumerate()
+        .map(|(i, g)| (i, &g.template))
+        .map(|(i, t)| (format!("spec.workerGroups[{i}].template"), t));
+    head.map(|(f, t)| (f.to_string(), t))
+        .chain(groups)
+        .flat_map(|(field, template)| {
+            let labels = template.metadata.as_ref().and_then(|m| m.labels.as_ref());
+            labels
+                .into_iter()
+                .flat_map(|l| l.keys())
+                .filter(|k| k.starts_with(LABEL_PREFIX))
+                .map(move |k| format!("{field}.metadata.labels[{k}]"))
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 /// A pod controlled by the TrainCluster, in its namespace.
@@ -255,7 +291,7 @@ fn worker_pod_with(
 
     let template = &group.spec.template;
     let mut meta = template.metadata.clone().unwrap_or_default();
-    let mut labels = meta.labels.take().unwrap_or_default();
+    let mut labels = user_labels(meta.labels.take());
     labels.extend(base_labels(cluster, ROLE_WORKER));
     labels.insert(LABEL_GROUP.into(), gname.into());
     labels.insert(LABEL_REPLICA_INDEX.into(), replica.to_string());

@@ -135,6 +135,7 @@ fn a_stale_inventory_never_puts_a_second_group_on_a_slice_our_pods_hold() {
         pods: &pods,
         inventory: &stale,
         reserved: &Default::default(),
+        conflicts: &[],
         now: world.now,
     });
     assert_eq!(plan.create.len(), 1);

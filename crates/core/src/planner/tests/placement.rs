@@ -42,7 +42,10 @@ fn a_slice_busy_with_another_workloads_tpu_pods_is_never_chosen_and_is_named() {
     let mut world = World::new(train_cluster(Membership::Independent, 1, 3), v6e_pools(3));
     occupy_pool(&mut world, "pool-1");
     world.settle(6);
-    assert_eq!(slices_of(&world), BTreeSet::from(["pool-0".into(), "pool-2".into()]));
+    assert_eq!(
+        slices_of(&world),
+        BTreeSet::from(["pool-0".into(), "pool-2".into()])
+    );
     let status = world.status();
     assert_eq!((status.desired_slices, status.ready_slices), (2, 2));
     assert_eq!(
@@ -50,7 +53,9 @@ fn a_slice_busy_with_another_workloads_tpu_pods_is_never_chosen_and_is_named() {
         ["pool-1: 4 TPU pods, e.g. of Job team-b/other-job"]
     );
     // The Job finishes: its pods go, the slice is free, the cluster grows onto it.
-    world.pods.retain(|p| World::label_of(p, LABEL_CLUSTER).is_some());
+    world
+        .pods
+        .retain(|p| World::label_of(p, LABEL_CLUSTER).is_some());
     world.now += secs(120);
     world.settle(6);
     assert_eq!(slices_of(&world).len(), 3);
@@ -118,12 +123,17 @@ fn an_avoided_slice_is_chosen_again_once_its_cool_down_has_passed() {
     world.now += secs(timeout);
     world.settle(6);
     // pool-0 is free again (the other workload left) but cooling down; pool-1 goes away.
-    world.pods.retain(|p| World::label_of(p, LABEL_CLUSTER).is_some());
+    world
+        .pods
+        .retain(|p| World::label_of(p, LABEL_CLUSTER).is_some());
     world.remove_pool("pool-1");
     world.now += secs(5);
     let plan = world.step();
     assert!(plan.create.is_empty(), "pool-0 is still avoided");
-    assert!(plan.requeue_after.is_some(), "looks again when the cool-down ends");
+    assert!(
+        plan.requeue_after.is_some(),
+        "looks again when the cool-down ends"
+    );
     world.now += secs(timeout);
     world.settle(6);
     assert_eq!(slices_of(&world), BTreeSet::from(["pool-0".into()]));
@@ -180,7 +190,12 @@ fn of_two_clusters_that_chose_one_slice_the_later_claim_gives_it_up_uncharged() 
     let plan = world.step();
     assert_eq!(plan.delete.len(), 1);
     assert_eq!(plan.delete[0].reason.code(), "SliceContended");
-    assert!(plan.delete[0].pods.iter().all(|p| !p.name.starts_with("rival")));
+    assert!(
+        plan.delete[0]
+            .pods
+            .iter()
+            .all(|p| !p.name.starts_with("rival"))
+    );
     assert_eq!(world.status().restarts, 0);
     world.settle(6);
     let ours: BTreeSet<String> = world
@@ -201,4 +216,85 @@ fn of_two_clusters_that_chose_one_slice_the_first_claim_keeps_it() {
     rival_group(&mut world, "pool-0", 200);
     let plan = world.step();
     assert!(plan.delete.is_empty(), "{:?}", plan.delete);
+}
+
+#[test]
+fn a_name_conflict_creates_nothing_and_is_reported_once() {
+    let mut world = World::new(train_cluster(Membership::Independent, 1, 1), v6e_pools(1));
+    let conflict = [crate::api::validate::FieldError {
+        field: "spec.workerGroups[0].name".into(),
+        message: "pods would be named like another cluster's".into(),
+    }];
+    let input = |world: &World| {
+        let (nodes, pods) = world.observed();
+        let inventory = crate::inventory::Inventory::build(&nodes, &pods);
+        plan(&PlanInput {
+            cluster: &world.cluster,
+            pods: &pods,
+            inventory: &inventory,
+            reserved: &Default::default(),
+            conflicts: &conflict,
+            now: world.now,
+        })
+    };
+    let first = input(&world);
+    assert!(first.is_noop());
+    assert_eq!(first.status.phase, Phase::Invalid);
+    let valid = first
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == CONDITION_VALID)
+        .unwrap();
+    assert_eq!(
+        (valid.status.as_str(), valid.reason.as_str()),
+        ("False", "NameConflict")
+    );
+    assert!(valid.message.starts_with("spec.workerGroups[0].name: "));
+    assert_eq!(first.events.len(), 1);
+    world.apply(&first);
+    let again = input(&world);
+    assert!(again.events.is_empty(), "reported once");
+    assert_eq!(again.status, world.status(), "no status rewrite");
+}
+
+#[test]
+fn reserved_labels_in_a_template_are_left_off_the_pods_with_one_warning() {
+    let mut world = World::new(train_cluster(Membership::Independent, 1, 1), v6e_pools(2));
+    let template = &mut world.cluster.spec.worker_groups[0].template;
+    let labels = template
+        .metadata
+        .get_or_insert_with(Default::default)
+        .labels
+        .get_or_insert_with(Default::default);
+    labels.insert(LABEL_SLICE.into(), "pool-1".into());
+    labels.insert(LABEL_CLUSTER.into(), "someone-else".into());
+    labels.insert("team".into(), "b".into());
+    let plan = world.step();
+    let warning: Vec<_> = plan
+        .events
+        .iter()
+        .filter(|e| e.reason == "ReservedLabelsDropped")
+        .collect();
+    assert_eq!(warning.len(), 1);
+    assert!(
+        warning[0]
+            .note
+            .contains("spec.workerGroups[0].template.metadata.labels[slices.dev/slice]")
+    );
+    let pod = &plan.create[0].pods[0];
+    let labels = pod.metadata.labels.as_ref().unwrap();
+    assert_eq!(
+        labels[LABEL_SLICE], "pool-0",
+        "placed by us, not by the template"
+    );
+    assert_eq!(labels[LABEL_CLUSTER], "demo");
+    assert_eq!(labels["team"], "b");
+    world.now += secs(1);
+    let plan = world.step();
+    assert!(
+        plan.events
+            .iter()
+            .all(|e| e.reason != "ReservedLabelsDropped")
+    );
 }
