@@ -220,6 +220,24 @@ impl KubeletCore {
         nodes: &[Arc<Node>],
         now: Instant,
     ) -> Vec<KubeletAction> {
+        self.plan_beside(pods, &[], nodes, now)
+    }
+
+    /// [`Self::plan`] on nodes that also run `others`: pods this kubelet does not manage
+    /// (other namespaces, other labels) but which hold chips on its nodes all the same, as
+    /// a real scheduler and kubelet count every pod bound to a node.
+    pub fn plan_beside(
+        &mut self,
+        pods: &[Arc<Pod>],
+        others: &[Arc<Pod>],
+        nodes: &[Arc<Node>],
+        now: Instant,
+    ) -> Vec<KubeletAction> {
+        let others: Vec<&Pod> = others
+            .iter()
+            .map(|p| p.as_ref())
+            .filter(|p| !pod_is_terminal(p) && pod_node(p).is_some())
+            .collect();
         let mut pods: Vec<&Pod> = pods.iter().map(|p| p.as_ref()).collect();
         pods.sort_by_key(|p| (p.metadata.namespace.clone(), p.metadata.name.clone()));
         let node_map: HashMap<&str, &Node> = nodes
@@ -227,12 +245,12 @@ impl KubeletCore {
             .filter_map(|n| n.metadata.name.as_deref().map(|name| (name, n.as_ref())))
             .collect();
         self.observe(&pods, &node_map, now);
-        let rejected = self.admit(&pods, &node_map);
+        let rejected = self.admit(&pods, &others, &node_map);
 
         let mut actions = Vec::new();
         let mut pending: Vec<&Pod> = Vec::new();
         // Bound pods plus assumed bindings: what the placement must count as taken.
-        let mut bound: Vec<Pod> = Vec::new();
+        let mut bound: Vec<Pod> = others.iter().map(|p| (*p).clone()).collect();
         for pod in &pods {
             let uid = pod.metadata.uid.as_deref().unwrap_or_default();
             match pod_node(pod) {
@@ -286,7 +304,19 @@ impl KubeletCore {
     /// Running or terminating keep their `google.com/tpu` chips; the others are admitted in
     /// creation order while they fit next to them (a real kubelet admits new pods in
     /// creation order against the active pods). Returns the uids of the pods that do not fit.
-    fn admit(&mut self, pods: &[&Pod], node_map: &HashMap<&str, &Node>) -> HashSet<String> {
+    fn admit(
+        &mut self,
+        pods: &[&Pod],
+        others: &[&Pod],
+        node_map: &HashMap<&str, &Node>,
+    ) -> HashSet<String> {
+        // Chips others hold come first: those pods were admitted by whoever runs them.
+        let mut held: HashMap<&str, u64> = HashMap::new();
+        for pod in others {
+            if let Some(node) = pod_node(pod) {
+                *held.entry(node).or_default() += pod_tpu_request(pod);
+            }
+        }
         let mut by_node: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
         for pod in pods.iter().filter(|p| !pod_is_terminal(p)) {
             if let Some(node) = pod_node(pod) {
@@ -298,7 +328,8 @@ impl KubeletCore {
             let Some(node) = node_map.get(node_name).filter(|n| node_is_ready(n)) else {
                 continue;
             };
-            let (mut used, mut candidates) = (0u64, Vec::new());
+            let mut used = held.get(node_name).copied().unwrap_or(0);
+            let mut candidates = Vec::new();
             for pod in on_node {
                 let uid = pod.metadata.uid.as_deref().unwrap_or_default();
                 if self.admitted.contains(uid) || pod_phase(pod) == "Running" || is_terminating(pod)
@@ -537,6 +568,37 @@ mod tests {
             && patch["status"]["containerStatuses"][0]["ready"] == true
             && patch["status"]["containerStatuses"][0]["restartCount"] == 0)
         );
+    }
+
+    /// A real scheduler and kubelet count every pod bound to a node, whoever manages it: a
+    /// kubelet limited to some namespace or labels must not bind or admit over chips that
+    /// pods outside its selection hold.
+    #[test]
+    fn chips_held_by_pods_outside_the_selection_are_not_free() {
+        let mut k = core(Duration::ZERO);
+        let spec = NodePoolSpec::new("solo", "tpu-v6e-slice", "2x2");
+        let nodes = vec![Arc::new(build_node(&spec, 0).unwrap())];
+        let node = nodes[0].metadata.name.clone().unwrap();
+        let mut job = bound(tpu_pod("job", 4), &node);
+        job.metadata.namespace = Some("team-b".into());
+        let others = [Arc::new(job)];
+        let pending = Arc::new(tpu_pod("ours", 4));
+        let t0 = Instant::now();
+        assert!(
+            k.plan_beside(std::slice::from_ref(&pending), &others, &nodes, t0)
+                .is_empty(),
+            "nothing free to bind to"
+        );
+        // Bound anyway (by someone else): the kubelet rejects it at admission.
+        let ours = Arc::new(bound(tpu_pod("ours", 4), &node));
+        let acts = k.plan_beside(&[ours], &others, &nodes, t0);
+        assert!(
+            matches!(&acts[..], [KubeletAction::Reject { name, .. }] if name == "ours"),
+            "{acts:?}"
+        );
+        // Without the other pod the same pod binds.
+        let mut fresh = core(Duration::ZERO);
+        assert_eq!(fresh.plan(&[pending], &nodes, t0).len(), 1);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! [`FakeKubelet`]: watches pods and nodes, and on every change (and every `resync`) plans
 //! one pass and executes it.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -104,11 +105,13 @@ where
     (store, task)
 }
 
-/// The pod and node stores, limited by the options' namespace and selectors.
+/// The pod and node stores, limited by the options' namespace and selectors; and every
+/// pod, when that limits the pods, for the chips others hold on our nodes.
 struct Watches {
     pods: Store<Pod>,
     nodes: Store<Node>,
-    tasks: [JoinHandle<()>; 2],
+    all_pods: Option<Store<Pod>>,
+    tasks: Vec<JoinHandle<()>>,
 }
 
 impl Watches {
@@ -127,16 +130,49 @@ impl Watches {
             labelled(options.node_selector.as_deref()),
             notify.clone(),
         );
+        let mut tasks = vec![pod_task, node_task];
+        let limited = options.namespace.is_some() || options.pod_selector.is_some();
+        let all_pods = limited.then(|| {
+            let (store, task) = spawn_reflector(
+                Api::<Pod>::all(client.clone()),
+                watcher::Config::default(),
+                notify.clone(),
+            );
+            tasks.push(task);
+            store
+        });
         Watches {
             pods,
             nodes,
-            tasks: [pod_task, node_task],
+            all_pods,
+            tasks,
         }
     }
 
     async fn ready(&self) {
         let _ = self.pods.wait_until_ready().await;
         let _ = self.nodes.wait_until_ready().await;
+        if let Some(all) = &self.all_pods {
+            let _ = all.wait_until_ready().await;
+        }
+    }
+
+    /// Bound pods outside our selection (they hold chips on our nodes too).
+    fn others(&self) -> Vec<Arc<Pod>> {
+        let Some(all) = &self.all_pods else {
+            return Vec::new();
+        };
+        let ours: HashSet<String> = self
+            .pods
+            .state()
+            .iter()
+            .filter_map(|p| p.metadata.uid.clone())
+            .collect();
+        all.state()
+            .into_iter()
+            .filter(|p| crate::sched::pod_node(p).is_some())
+            .filter(|p| p.metadata.uid.as_ref().is_none_or(|u| !ours.contains(u)))
+            .collect()
     }
 }
 
@@ -194,8 +230,9 @@ async fn run_pass(
     core: &mut KubeletCore,
     watches: &Watches,
 ) {
-    let actions = core.plan(
+    let actions = core.plan_beside(
         &watches.pods.state(),
+        &watches.others(),
         &watches.nodes.state(),
         Instant::now(),
     );
@@ -268,6 +305,9 @@ mod tests {
                         serde_json::json!({"kind": "PodList", "apiVersion": "v1",
                             "metadata": {"resourceVersion": "1"}, "items": [pod]})
                     }
+                    // Every pod, for the chips others hold on our nodes: there are none.
+                    ("GET", "/api/v1/pods") => serde_json::json!({"kind": "PodList",
+                        "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": []}),
                     ("GET", "/api/v1/nodes") => serde_json::json!({"kind": "NodeList",
                         "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": node_list}),
                     ("POST", "/api/v1/namespaces/ns/pods/demo-workers-0-0/binding") => {
