@@ -269,11 +269,16 @@ impl Inventory {
                     add_holder(&mut holders[index], holder);
                 }
                 None if pod.requests_tpu && pod.node_name.is_some() => {
+                    let example = describe_pod(pod);
                     let entry = foreign[index].get_or_insert_with(|| ForeignUse {
                         pods: 0,
-                        example: describe_pod(pod),
+                        example: example.clone(),
                     });
                     entry.pods += 1;
+                    // The same example whatever order the pods come in: no status churn.
+                    if example < entry.example {
+                        entry.example = example;
+                    }
                 }
                 None => {}
             }

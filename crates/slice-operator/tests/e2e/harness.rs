@@ -125,6 +125,8 @@ pub struct Env {
     pub operators: Vec<OperatorHandle>,
     options: EnvOptions,
     kubelet: Option<FakeKubelet>,
+    /// Fake kubelets started by the scenario itself.
+    extra_kubelets: Vec<FakeKubelet>,
     prefix: String,
     /// What to delete from a cluster this Env does not own; `None` once done (or when the
     /// Env owns its emulator, which goes away with it).
@@ -186,6 +188,8 @@ struct Cleanup {
     namespace: String,
     /// False for a namespace the Env did not create (e.g. `default`).
     delete_namespace: bool,
+    /// Other namespaces the scenario created (their pods and themselves are deleted).
+    extra_namespaces: Vec<String>,
     run: String,
 }
 
@@ -215,6 +219,23 @@ impl Cleanup {
             .await
             .map(|_| ());
         gone(r, "delete pods", &mut errors);
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        for extra in &self.extra_namespaces {
+            let pods: Api<Pod> = Api::namespaced(client.clone(), extra);
+            let r = pods
+                .delete_collection(
+                    &DeleteParams::default().grace_period(0),
+                    &ListParams::default(),
+                )
+                .await
+                .map(|_| ());
+            gone(r, "delete pods of another namespace", &mut errors);
+            let r = namespaces
+                .delete(extra, &DeleteParams::default())
+                .await
+                .map(|_| ());
+            gone(r, "delete another namespace", &mut errors);
+        }
         if self.delete_namespace {
             let namespaces: Api<Namespace> = Api::all(client.clone());
             let r = namespaces
@@ -356,6 +377,7 @@ impl Env {
             operators,
             options,
             kubelet: None,
+            extra_kubelets: Vec::new(),
             prefix: String::new(),
             cleanup: None,
         };
@@ -381,11 +403,13 @@ impl Env {
             operators: Vec::new(),
             options: EnvOptions::default(),
             kubelet: None,
+            extra_kubelets: Vec::new(),
             // Armed before anything is created, so a failure part-way is cleaned up too.
             cleanup: Some(Cleanup {
                 config,
                 namespace,
                 delete_namespace: true,
+                extra_namespaces: Vec::new(),
                 run: run.clone(),
             }),
             run,
@@ -665,7 +689,61 @@ impl Env {
         Some(start_operator(emulator, i, &self.options).await)
     }
 
+    /// A second namespace for this scenario (`<namespace>-<suffix>`), created now and
+    /// deleted, with its pods, when the scenario ends.
+    pub async fn other_namespace(&mut self, suffix: &str) -> String {
+        let name = format!("{}-{suffix}", self.namespace);
+        let namespaces: Api<Namespace> = Api::all(self.client.clone());
+        let ns = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {RUN_LABEL: self.run}}
+        }))
+        .unwrap();
+        if let Some(cleanup) = self.cleanup.as_mut() {
+            cleanup.extra_namespaces.push(name.clone());
+        }
+        namespaces
+            .create(&PostParams::default(), &ns)
+            .await
+            .expect("create another namespace");
+        name
+    }
+
+    /// Starts an operator that manages only `namespace`, as a namespaced install of the
+    /// chart runs it (`--namespace`, its own lease in that namespace). Emulator only: `None`
+    /// against an external cluster.
+    pub async fn start_namespaced_operator(&mut self, namespace: &str) -> Option<()> {
+        let emulator = self.emulator.as_ref()?;
+        let mut config = chart_config();
+        config.namespace = Some(namespace.to_string());
+        config.lease_namespace = Some(namespace.to_string());
+        config.identity = Some(format!("operator-{namespace}"));
+        let client = Client::try_from(emulator.config()).expect("client");
+        let op = operator::start(client, config)
+            .await
+            .expect("operator starts");
+        self.operators.push(op);
+        Some(())
+    }
+
+    /// One fake kubelet (and scheduler) for this run's nodes and the TrainCluster pods of
+    /// every namespace, as one cluster has one scheduler whoever installed what.
+    pub fn run_kubelet_for_every_namespace(&mut self) {
+        self.extra_kubelets.push(FakeKubelet::run(
+            self.client.clone(),
+            KubeletOptions {
+                namespace: None,
+                pod_selector: Some(LABEL_CLUSTER.to_string()),
+                node_selector: Some(run_selector(&self.run)),
+                start_delay: Duration::from_millis(100),
+                ..Default::default()
+            },
+        ));
+    }
+
     pub async fn stop(mut self) {
+        for kubelet in self.extra_kubelets.drain(..) {
+            kubelet.stop().await;
+        }
         if let Some(kubelet) = self.kubelet.take() {
             kubelet.stop().await;
         }

@@ -5,6 +5,7 @@
 
 mod harness;
 mod lifecycle;
+mod shared_cluster;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
