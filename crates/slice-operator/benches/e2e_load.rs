@@ -55,6 +55,8 @@ async fn run() -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
         }
     }
+    let foreign = foreign_pods();
+    add_foreign_pods(&emulator, foreign)?;
     let kubeconfig = std::env::temp_dir().join(format!(
         "slice-operator-bench-{}.kubeconfig",
         std::process::id()
@@ -65,6 +67,8 @@ async fn run() -> anyhow::Result<()> {
         client.clone(),
         KubeletOptions {
             resync: Duration::from_secs(2),
+            // The other team's pods have a kubelet of their own (they never schedule here).
+            pod_selector: Some(slice_core::constants::LABEL_CLUSTER.to_string()),
             ..Default::default()
         },
     );
@@ -128,6 +132,9 @@ async fn run() -> anyhow::Result<()> {
         CLUSTERS as u32 * SLICES * HOSTS,
         pools * HOSTS
     );
+    println!(
+        "  plus {foreign} TPU pods of another team (another namespace, pending), which the operator also watches"
+    );
     match converged {
         Some(t) => println!(
             "  time to converge (all Running, every slice ready): {:.1} s (target: under 60 s)",
@@ -153,6 +160,35 @@ async fn run() -> anyhow::Result<()> {
     );
     let _ = std::fs::remove_file(kubeconfig);
     anyhow::ensure!(converged.is_some(), "did not converge");
+    Ok(())
+}
+
+/// Other teams' TPU pods in the cluster (`FOREIGN_PODS`, default 12,800): the operator keeps
+/// every TPU pod in its cache, whoever runs it.
+fn foreign_pods() -> u32 {
+    std::env::var("FOREIGN_PODS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(12_800)
+}
+
+/// Pending TPU pods of another team (they select nodes that do not exist here).
+fn add_foreign_pods(emulator: &Emulator, count: u32) -> anyhow::Result<()> {
+    for i in 0..count {
+        let pod = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("other-{i:05}"), "namespace": "other-team",
+                "labels": {"job-name": "other"}},
+            "spec": {
+                "nodeSelector": {"team": "other"},
+                "containers": [{"name": "main", "image": "busybox",
+                    "resources": {"limits": {"google.com/tpu": "4"}, "requests": {"google.com/tpu": "4"}}}],
+            },
+        });
+        emulator
+            .create_object("v1", "pods", Some("other-team"), pod)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
     Ok(())
 }
 
