@@ -329,6 +329,7 @@ fn worker_pod_with(
                 single_host: false,
             }) => {
                 selector.insert(NODE_LABEL_NODEPOOL.into(), id.clone());
+                keep_other_groups_off_the_pool(&mut spec, &key);
             }
             Some(PinnedSlice {
                 id,
@@ -452,6 +453,7 @@ pub fn set_operator_env<K: AsRef<str>>(env: &mut Vec<EnvVar>, ours: &[(K, String
 /// Keep all hosts of a group on one node pool, and other groups off it, so a cluster
 /// autoscaler provisions one whole slice per group.
 fn add_exclusive_affinity(spec: &mut PodSpec, key: &str) {
+    keep_other_groups_off_the_pool(spec, key);
     let same = PodAffinityTerm {
         label_selector: Some(LabelSelector {
             match_labels: Some(BTreeMap::from([(
@@ -463,6 +465,20 @@ fn add_exclusive_affinity(spec: &mut PodSpec, key: &str) {
         topology_key: NODE_LABEL_NODEPOOL.into(),
         ..Default::default()
     };
+    spec.affinity
+        .get_or_insert_with(Affinity::default)
+        .pod_affinity
+        .get_or_insert_with(PodAffinity::default)
+        .required_during_scheduling_ignored_during_execution
+        .get_or_insert_with(Vec::new)
+        .push(same);
+}
+
+/// No pod of another group (ours, another cluster's, another install's: every namespace)
+/// is scheduled into the group's node pool while one of its pods runs there, nor the other
+/// way round: two clusters that chose the same slice at once never run on it together; the
+/// contest is then settled by the earliest claim (see `observe`).
+fn keep_other_groups_off_the_pool(spec: &mut PodSpec, key: &str) {
     let others = PodAffinityTerm {
         label_selector: Some(LabelSelector {
             match_expressions: Some(vec![
@@ -479,17 +495,12 @@ fn add_exclusive_affinity(spec: &mut PodSpec, key: &str) {
             ]),
             ..Default::default()
         }),
+        namespace_selector: Some(LabelSelector::default()),
         topology_key: NODE_LABEL_NODEPOOL.into(),
         ..Default::default()
     };
-    let affinity = spec.affinity.get_or_insert_with(Affinity::default);
-    affinity
-        .pod_affinity
-        .get_or_insert_with(PodAffinity::default)
-        .required_during_scheduling_ignored_during_execution
-        .get_or_insert_with(Vec::new)
-        .push(same);
-    affinity
+    spec.affinity
+        .get_or_insert_with(Affinity::default)
         .pod_anti_affinity
         .get_or_insert_with(PodAntiAffinity::default)
         .required_during_scheduling_ignored_during_execution

@@ -7,8 +7,10 @@
 //! `google.com/tpu` (allocatable minus the requests of the pods bound to the node that are not
 //! terminal or are still terminating: a pod being deleted keeps its chips until it is gone).
 //!
-//! Not checked: cpu/memory/pods capacity, pod (anti-)affinity and topology spread constraints,
-//! host ports, volumes. Instead of pod (anti-)affinity the placement prefers, for a pod labelled
+//! Required inter-pod anti-affinity is checked (`anti_affinity`), in both directions.
+//!
+//! Not checked: cpu/memory/pods capacity, required pod affinity and topology spread
+//! constraints, host ports, volumes. Instead of pod affinity the placement prefers, for a pod labelled
 //! with [`LABEL_GROUP_KEY`](slice_core::constants::LABEL_GROUP_KEY), the node pool already
 //! holding pods of the same group key, then empty pools, so that one slice's pods land in one
 //! pool; this is a preference, not a guarantee.
@@ -17,6 +19,7 @@
 //! * `resources`: `google.com/tpu` requested, allocatable and in use.
 //! * `placement`: [`schedule`], first fit by name with the group-key preference.
 
+mod anti_affinity;
 mod fit;
 mod placement;
 mod resources;

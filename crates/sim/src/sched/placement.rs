@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 
 use slice_core::constants::{LABEL_GROUP_KEY, NODE_LABEL_NODEPOOL};
 
+use super::anti_affinity::{self, Placed};
 use super::fit::check_fit;
 use super::resources::{pod_tpu_request, tpu_usage};
 use super::{pod_is_terminal, pod_node};
@@ -60,12 +61,22 @@ struct Placer<'a> {
     used: BTreeMap<String, u64>,
     /// Pool -> group keys of the non-terminal pods in it.
     pool_keys: BTreeMap<String, BTreeSet<String>>,
+    /// Non-terminal pods on the nodes, with their required anti-affinity terms, by pool;
+    /// and those whose terms reach beyond their pool (checked against every candidate).
+    placed: HashMap<String, Vec<Placed>>,
+    wide: Vec<Placed>,
+    all_placed: usize,
+    by_name: HashMap<String, &'a Node>,
 }
 
 impl<'a> Placer<'a> {
     fn new(nodes: &[&'a Node], bound: &[&Pod]) -> Self {
         let mut nodes: Vec<&'a Node> = nodes.to_vec();
         nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let by_name = nodes
+            .iter()
+            .map(|n| (n.metadata.name.clone().unwrap_or_default(), *n))
+            .collect();
         let mut placer = Placer {
             pool_of: nodes
                 .iter()
@@ -76,10 +87,17 @@ impl<'a> Placer<'a> {
             nodes,
             used: tpu_usage(bound.iter().copied()),
             pool_keys: BTreeMap::new(),
+            placed: HashMap::new(),
+            wide: Vec::new(),
+            all_placed: 0,
+            by_name,
         };
         for p in bound.iter().filter(|p| !pod_is_terminal(p)) {
             if let (Some(n), Some(k)) = (pod_node(p), group_key(p)) {
                 placer.note_group_key(n, k);
+            }
+            if let Some(node) = pod_node(p).and_then(|n| placer.by_name.get(n).copied()) {
+                placer.note_placed(p, node);
             }
         }
         placer
@@ -92,6 +110,9 @@ impl<'a> Placer<'a> {
         if let Some(k) = group_key(pod) {
             self.note_group_key(&name, k);
         }
+        if let Some(node) = self.by_name.get(&name).copied() {
+            self.note_placed(pod, node);
+        }
         Some(name)
     }
 
@@ -100,7 +121,9 @@ impl<'a> Placer<'a> {
         let mut best: Option<(u8, &Node)> = None;
         for node in self.candidates(pod) {
             let name = node.metadata.name.as_deref().unwrap_or_default();
-            if check_fit(pod, node, self.used.get(name).copied().unwrap_or(0)).is_err() {
+            if check_fit(pod, node, self.used.get(name).copied().unwrap_or(0)).is_err()
+                || !self.anti_affinity_allows(pod, node, name)
+            {
                 continue;
             }
             let rank = self.rank(key, name);
@@ -132,6 +155,33 @@ impl<'a> Placer<'a> {
             Some(ks) if ks.is_empty() => 1,
             Some(_) => 2,
         }
+    }
+
+    fn note_placed(&mut self, pod: &Pod, node: &Node) {
+        let placed = Placed::new(pod, node);
+        self.all_placed += 1;
+        if placed.looks_beyond_its_pool() {
+            self.wide.push(placed.clone());
+        }
+        let pool = node_pool_of(node);
+        self.placed.entry(pool).or_default().push(placed);
+    }
+
+    /// Pool-local terms only need the pods of the candidate's pool (12,800-pod clusters).
+    fn anti_affinity_allows(&self, pod: &Pod, node: &Node, name: &str) -> bool {
+        if self.all_placed == 0 {
+            return true;
+        }
+        if anti_affinity::looks_beyond_its_pool(pod) {
+            return anti_affinity::allows(pod, node, self.placed.values().flatten());
+        }
+        let local = self
+            .pool_of
+            .get(name)
+            .and_then(|p| self.placed.get(p))
+            .into_iter()
+            .flatten();
+        anti_affinity::allows(pod, node, local.chain(self.wide.iter()))
     }
 
     fn note_group_key(&mut self, node: &str, key: &str) {

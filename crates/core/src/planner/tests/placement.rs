@@ -298,3 +298,36 @@ fn reserved_labels_in_a_template_are_left_off_the_pods_with_one_warning() {
             .all(|e| e.reason != "ReservedLabelsDropped")
     );
 }
+
+#[test]
+fn pods_placed_on_a_slice_keep_every_other_group_off_its_pool_in_every_namespace() {
+    let world = World::new(train_cluster(Membership::Independent, 1, 1), v6e_pools(1));
+    let plan = world.plan();
+    let pod = &plan.create[0].pods[0];
+    let affinity = pod.spec.as_ref().unwrap().affinity.as_ref().unwrap();
+    let terms = affinity
+        .pod_anti_affinity
+        .as_ref()
+        .unwrap()
+        .required_during_scheduling_ignored_during_execution
+        .as_ref()
+        .unwrap();
+    assert_eq!(terms.len(), 1);
+    let term = serde_json::to_value(&terms[0]).unwrap();
+    let key = World::label_of(pod, LABEL_GROUP_KEY).unwrap();
+    assert_eq!(
+        term,
+        serde_json::json!({
+            "topologyKey": NODE_LABEL_NODEPOOL,
+            "namespaceSelector": {},
+            "labelSelector": {"matchExpressions": [
+                {"key": LABEL_GROUP_KEY, "operator": "Exists"},
+                {"key": LABEL_GROUP_KEY, "operator": "NotIn", "values": [key]},
+            ]},
+        })
+    );
+    assert!(
+        affinity.pod_affinity.is_none(),
+        "pinned by nodeSelector already"
+    );
+}
