@@ -5,6 +5,7 @@
 
 mod harness;
 mod lifecycle;
+mod lifecycle_edits;
 mod shared_cluster;
 
 use std::collections::BTreeSet;

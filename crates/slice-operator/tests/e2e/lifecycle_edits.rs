@@ -1,0 +1,111 @@
+//! Spec edits end to end: a multislice template edit restarts the job once, a spec edit
+//! starts the budget afresh, and a topology GKE does not offer is refused with the list.
+
+use std::collections::BTreeSet;
+
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::json;
+use slice_core::api::{Membership, Phase};
+use slice_core::constants::*;
+
+use super::env_with;
+use super::harness::label;
+
+/// Merge-patches the first worker group of `name` with `edit` applied to it.
+async fn edit_group(
+    env: &super::harness::Env,
+    name: &str,
+    edit: impl FnOnce(&mut slice_core::api::WorkerGroupSpec),
+) {
+    let mut group = env.tcs().get(name).await.unwrap().spec.worker_groups[0].clone();
+    edit(&mut group);
+    let patch = json!({"spec": {"workerGroups": [group]}});
+    env.tcs()
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multislice_template_edit_restarts_the_job_once_as_exactly_one_new_epoch() {
+    let env = env_with("multislice-edit", 2).await;
+    env.create(&env.train_cluster("ms", Membership::Multislice, 2, 2))
+        .await;
+    let (tc, pods) = env.wait_running("ms", 2, 4).await;
+    let epoch = tc.status.unwrap().groups[0].epoch;
+    let old_hash = label(&pods[0], LABEL_TEMPLATE_HASH);
+    edit_group(&env, "ms", |g| {
+        g.template.spec.as_mut().unwrap().containers[0].image = Some("python:3.12".into());
+    })
+    .await;
+    let (tc, pods) = env
+        .wait_for(
+            "every pod on the new template",
+            std::time::Duration::from_secs(60),
+            || async {
+                let (tc, pods) = env.wait_running("ms", 2, 4).await;
+                pods.iter()
+                    .all(|p| label(p, LABEL_TEMPLATE_HASH) != old_hash)
+                    .then_some((tc, pods))
+            },
+        )
+        .await;
+    let epochs: BTreeSet<String> = pods.iter().map(|p| label(p, LABEL_EPOCH)).collect();
+    assert_eq!(
+        epochs,
+        BTreeSet::from([(epoch + 1).to_string()]),
+        "one new epoch"
+    );
+    let status = tc.status.unwrap();
+    assert_eq!(status.groups[0].epoch, epoch + 1, "exactly one restart");
+    assert_eq!((status.restarts, status.updated_slices), (0, 2));
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_budget_starts_afresh_after_failed_then_invalid_then_fixed() {
+    let env = env_with("budget-reset", 1).await;
+    let mut tc = env.train_cluster("fragile", Membership::Independent, 1, 1);
+    tc.spec.failure_policy.max_restarts = 0;
+    env.create(&tc).await;
+    let (_, pods) = env.wait_running("fragile", 1, 4).await;
+    let pod = pods[0].metadata.name.clone().unwrap();
+    slice_sim::fail_pod(&env.client, &env.namespace, &pod, 1)
+        .await
+        .unwrap();
+    let failed = env.wait_phase("fragile", Phase::Failed).await;
+    assert_eq!(failed.status.unwrap().restarts, 1);
+    // An edit the operator refuses (chips per host do not divide a 1x1 slice)...
+    edit_group(&env, "fragile", |g| {
+        g.tpu.as_mut().unwrap().topology = "1x1".into();
+    })
+    .await;
+    env.wait_phase("fragile", Phase::Invalid).await;
+    // ... then the fix: a fresh budget, not straight back to Failed.
+    edit_group(&env, "fragile", |g| {
+        g.tpu.as_mut().unwrap().topology = "4x4".into();
+    })
+    .await;
+    let (tc, _) = env.wait_running("fragile", 1, 4).await;
+    assert_eq!(tc.status.unwrap().restarts, 0);
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topology_gke_does_not_offer_is_refused_with_the_ones_it_does() {
+    let env = env_with("topology-4x5", 1).await;
+    let mut tc = env.train_cluster("odd", Membership::Multislice, 1, 1);
+    tc.spec.worker_groups[0].tpu.as_mut().unwrap().topology = "4x5".into();
+    let err = env
+        .tcs()
+        .create(&PostParams::default(), &tc)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("tpu.topology"), "{err}");
+    assert!(
+        err.contains("1x1, 2x2, 2x4, 4x4, 4x8, 8x8, 8x16 or 16x16"),
+        "{err}"
+    );
+    env.stop().await;
+}
