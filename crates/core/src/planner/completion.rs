@@ -17,13 +17,14 @@ use crate::api::{
 use crate::inventory::is_terminal;
 use crate::lean::LeanPod;
 
-/// `successPolicy: Head` and the head pod exited 0.
+/// `successPolicy: Head` and the head pod exited 0 of its own accord (not while being
+/// deleted: a head stopped by a roll or a suspend may exit 0 too).
 pub(super) fn head_succeeded(tc: &TrainCluster, head_pods: &[&LeanPod]) -> bool {
     tc.spec.success_policy == SuccessPolicy::Head
         && tc.spec.head.is_some()
-        && head_pods
-            .iter()
-            .any(|p| p.phase.as_deref() == Some("Succeeded"))
+        && head_pods.iter().any(|p| {
+            p.phase.as_deref() == Some("Succeeded") && p.metadata.deletion_timestamp.is_none()
+        })
 }
 
 /// `successPolicy: AllWorkers` and every group ran to completion.

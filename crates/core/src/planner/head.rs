@@ -20,11 +20,14 @@ pub(super) fn memory(previous: &TrainClusterStatus, reset_budget: bool) -> HeadS
 
 /// The failed head pod not counted yet, if there is one: a head pod of the right name that
 /// ended (a head exiting 0 is a failure unless `successPolicy: Head` made it the success).
+/// A head being deleted ends as its kubelet stops it (exit 143 after SIGTERM): that is the
+/// deletion's doing, not a failure.
 fn newly_failed<'p>(cluster: &str, pods: &[&'p LeanPod], head: &HeadStatus) -> Option<&'p LeanPod> {
     let name = render::head_pod_name(cluster);
     pods.iter().copied().find(|p| {
         p.name() == name
             && is_terminal(p)
+            && p.metadata.deletion_timestamp.is_none()
             && p.metadata.uid.is_some()
             && p.metadata.uid != head.counted_uid
     })

@@ -500,3 +500,73 @@ fn a_multislice_job_turned_independent_is_replaced_at_once_not_piecemeal() {
         );
     }
 }
+
+/// The head pod as a kubelet leaves it once told to stop: being deleted, and ended with
+/// `phase` (Failed after SIGTERM's exit 143, Succeeded if it exited 0).
+fn head_stopping(world: &mut World, phase: &str) {
+    let head = world.pod_mut("demo-head");
+    head.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(0)));
+    head.status.get_or_insert_with(Default::default).phase = Some(phase.into());
+}
+
+#[test]
+fn a_head_template_edit_rolls_the_head_and_its_stopping_is_no_failure() {
+    let mut world = with_head(settled(Membership::Independent, 1));
+    let old_hash = world.status().head.unwrap().template_hash;
+    let head = world.cluster.spec.head.as_mut().unwrap();
+    head.template.spec.as_mut().unwrap().containers[0].image = Some("ray:2.60".into());
+    world.cluster.metadata.generation = Some(3);
+    let plan = world.plan();
+    let rolled: Vec<_> = plan
+        .delete
+        .iter()
+        .filter(|d| d.pods.iter().any(|p| p.name == "demo-head"))
+        .collect();
+    assert_eq!(
+        rolled.len(),
+        1,
+        "the head is replaced on its own template change"
+    );
+    assert!(
+        plan.delete
+            .iter()
+            .all(|d| d.pods.iter().all(|p| p.name == "demo-head"))
+    );
+    world.cluster.status = Some(plan.status.clone());
+    // Its kubelet stops it: exit 143 while being deleted is our doing, not a failure.
+    head_stopping(&mut world, "Failed");
+    let plan = world.plan();
+    assert!(
+        plan.events.iter().all(|e| e.reason != "HeadFailed"),
+        "{:?}",
+        plan.events
+    );
+    assert_eq!(plan.status.head.as_ref().unwrap().restarts, 0);
+    assert_eq!(plan.status.restarts, 0);
+    // Gone: the new head runs the new template.
+    world
+        .pods
+        .retain(|p| p.metadata.name.as_deref() != Some("demo-head"));
+    let head = world.plan().create_head.expect("a new head");
+    assert_ne!(World::label_of(&head, LABEL_TEMPLATE_HASH), old_hash);
+}
+
+#[test]
+fn a_head_stopped_by_suspend_that_exits_0_does_not_end_the_run() {
+    let mut world = with_head(settled(Membership::Independent, 1));
+    world.cluster.spec.success_policy = SuccessPolicy::Head;
+    world.cluster.spec.suspend = true;
+    world.cluster.metadata.generation = Some(3);
+    let plan = world.plan();
+    assert!(
+        plan.delete
+            .iter()
+            .any(|d| d.pods.iter().any(|p| p.name == "demo-head"))
+    );
+    world.cluster.status = Some(plan.status);
+    head_stopping(&mut world, "Succeeded");
+    let plan = world.plan();
+    assert_ne!(plan.status.phase, Phase::Succeeded);
+    assert_eq!(plan.status.phase, Phase::Suspended);
+}
