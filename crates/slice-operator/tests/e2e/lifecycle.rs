@@ -9,8 +9,8 @@ use serde_json::json;
 use slice_core::api::{CONDITION_REPLICA_FAILURE, HeadSpec, Membership, Phase, SuccessPolicy};
 use slice_core::constants::*;
 
+use super::env_with;
 use super::harness::{label, uid};
-use super::{env_with, reconcile_count};
 
 /// The reasons of the events about `name`.
 async fn event_reasons(env: &super::harness::Env, name: &str) -> Vec<String> {
@@ -189,10 +189,8 @@ async fn a_rejected_template_is_reported_backed_off_and_runs_once_fixed() {
         }
     };
     let tries_before = posts().await;
-    let reconciles = reconcile_count(&env).await;
     tokio::time::sleep(Duration::from_secs(6)).await; // a window to count retries in, not a sync
     assert!(posts().await - tries_before <= 1, "backoff between retries");
-    assert!(reconcile_count(&env).await >= reconciles);
     let reasons = event_reasons(&env, "bad").await;
     assert!(
         !reasons.contains(&"GroupCreated".to_string()),
@@ -267,7 +265,10 @@ async fn an_independent_template_edit_rolls_whole_slices_one_at_a_time() {
                 "never a partial slice: {hosts:?}"
             );
             *seen = partial;
-            worst.fetch_max(3 - hosts.len(), std::sync::atomic::Ordering::Relaxed);
+            worst.fetch_max(
+                3usize.saturating_sub(hosts.len()),
+                std::sync::atomic::Ordering::Relaxed,
+            );
             let updated = pods
                 .iter()
                 .all(|p| &label(p, LABEL_TEMPLATE_HASH) != old_hash);

@@ -109,3 +109,31 @@ async fn a_topology_gke_does_not_offer_is_refused_with_the_ones_it_does() {
     );
     env.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_get_their_chips_and_cluster_dns_with_chips_per_host_only_and_host_network() {
+    let env = env_with("rendered-pods", 1).await;
+    let mut tc = env.train_cluster("hostnet", Membership::Multislice, 1, 1);
+    let group = &mut tc.spec.worker_groups[0];
+    group.tpu.as_mut().unwrap().chips_per_host = Some(4);
+    let template = group.template.spec.as_mut().unwrap();
+    template.containers[0].resources = None;
+    template.host_network = Some(true);
+    env.create(&tc).await;
+    // As stored by the API server, and running on the slice's 4-chip hosts.
+    let (_, pods) = env.wait_running("hostnet", 1, 4).await;
+    for pod in &pods {
+        let spec = pod.spec.as_ref().unwrap();
+        let resources = spec.containers[0].resources.clone().unwrap();
+        for map in [resources.requests.unwrap(), resources.limits.unwrap()] {
+            assert_eq!(map[TPU_RESOURCE].0, "4", "request and limit added");
+        }
+        assert_eq!(spec.host_network, Some(true));
+        assert_eq!(
+            spec.dns_policy.as_deref(),
+            Some("ClusterFirstWithHostNet"),
+            "TPU_WORKER_HOSTNAMES resolve from the host network"
+        );
+    }
+    env.stop().await;
+}
