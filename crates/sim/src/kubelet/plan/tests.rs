@@ -1,0 +1,310 @@
+use super::*;
+use crate::nodes::{NodePoolSpec, build_node};
+use crate::test_support::{bound, pool_nodes, running, set_not_ready, tpu_pod};
+use k8s_openapi::api::core::v1::Node;
+
+/// The four nodes of `pool-0`, as the node store hands them out.
+fn nodes() -> Vec<Arc<Node>> {
+    pool_nodes("pool-0").into_iter().map(Arc::new).collect()
+}
+
+fn core(start_delay: Duration) -> KubeletCore {
+    KubeletCore::new(&KubeletOptions {
+        start_delay,
+        ..Default::default()
+    })
+}
+
+#[test]
+fn binds_then_starts_after_delay() {
+    let mut k = core(Duration::from_secs(1));
+    let nodes = nodes();
+    let pod = tpu_pod("a", 4);
+    let t0 = Instant::now();
+    let actions = k.plan(&[Arc::new(pod.clone())], &nodes, t0);
+    assert_eq!(
+        actions,
+        vec![KubeletAction::Bind {
+            namespace: "ns".into(),
+            name: "a".into(),
+            uid: "uid-a".into(),
+            node: "pool-0-0".into()
+        }]
+    );
+    k.issued(&actions[0], t0);
+    // the binding is not visible yet: nothing is planned again
+    assert!(k.plan(&[Arc::new(pod.clone())], &nodes, t0).is_empty());
+    let b = Arc::new(bound(pod.clone(), "pool-0-0"));
+    assert!(k.plan(std::slice::from_ref(&b), &nodes, t0).is_empty());
+    let later = t0 + Duration::from_secs(1);
+    let actions = k.plan(std::slice::from_ref(&b), &nodes, later);
+    assert!(
+        matches!(&actions[..], [KubeletAction::Start { name, patch, .. }]
+        if name == "a" && patch["status"]["phase"] == "Running"
+        && patch["status"]["containerStatuses"][0]["ready"] == true
+        && patch["status"]["containerStatuses"][0]["restartCount"] == 0)
+    );
+}
+
+/// A real scheduler and kubelet count every pod bound to a node, whoever manages it: a
+/// kubelet limited to some namespace or labels must not bind or admit over chips that
+/// pods outside its selection hold.
+#[test]
+fn chips_held_by_pods_outside_the_selection_are_not_free() {
+    let mut k = core(Duration::ZERO);
+    let spec = NodePoolSpec::new("solo", "tpu-v6e-slice", "2x2");
+    let nodes = vec![Arc::new(build_node(&spec, 0).unwrap())];
+    let node = nodes[0].metadata.name.clone().unwrap();
+    let mut job = bound(tpu_pod("job", 4), &node);
+    job.metadata.namespace = Some("team-b".into());
+    let others = [Arc::new(job)];
+    let pending = Arc::new(tpu_pod("ours", 4));
+    let t0 = Instant::now();
+    assert!(
+        k.plan_beside(std::slice::from_ref(&pending), &others, &nodes, t0)
+            .is_empty(),
+        "nothing free to bind to"
+    );
+    // Bound anyway (by someone else): the kubelet rejects it at admission.
+    let ours = Arc::new(bound(tpu_pod("ours", 4), &node));
+    let acts = k.plan_beside(&[ours], &others, &nodes, t0);
+    assert!(
+        matches!(&acts[..], [KubeletAction::Reject { name, .. }] if name == "ours"),
+        "{acts:?}"
+    );
+    // Without the other pod the same pod binds.
+    let mut fresh = core(Duration::ZERO);
+    assert_eq!(fresh.plan(&[pending], &nodes, t0).len(), 1);
+}
+
+#[test]
+fn assumed_binding_counts_against_free_chips() {
+    let mut k = core(Duration::ZERO);
+    let spec = NodePoolSpec::new("solo", "tpu-v6e-slice", "2x2");
+    let nodes = vec![Arc::new(build_node(&spec, 0).unwrap())];
+    let t0 = Instant::now();
+    let a = Arc::new(tpu_pod("a", 4));
+    let b = Arc::new(tpu_pod("b", 4));
+    let actions = k.plan(&[a.clone(), b.clone()], &nodes, t0);
+    assert_eq!(actions.len(), 1);
+    k.issued(&actions[0], t0);
+    assert!(k.plan(&[a, b], &nodes, t0).is_empty());
+}
+
+#[test]
+fn terminating_orphaned_and_not_ready() {
+    let mut k = core(Duration::ZERO);
+    let mut nodes = nodes();
+    let t0 = Instant::now();
+    let mut term = bound(tpu_pod("t", 4), "pool-0-0");
+    term.metadata.deletion_timestamp =
+        serde_json::from_value(serde_json::json!("2026-01-01T00:00:00Z")).ok();
+    let orphan = bound(tpu_pod("o", 4), "pool-0-3");
+    let running = running(bound(tpu_pod("r", 4), "pool-0-1"));
+    let pods = vec![Arc::new(term), Arc::new(orphan), Arc::new(running)];
+    let first = k.plan(&pods, &nodes, t0);
+    assert!(
+        first
+            .iter()
+            .all(|a| !matches!(a, KubeletAction::Start { name, .. } if name == "r"))
+    );
+    // node pool-0-3 disappears; pool-0-1 goes NotReady
+    nodes.pop();
+    let mut nr = (*nodes[1]).clone();
+    set_not_ready(&mut nr);
+    nodes[1] = Arc::new(nr);
+    let mut k2 = core(Duration::ZERO);
+    k2.plan(&pods, &self::nodes(), t0); // learns the four nodes
+    let acts = k2.plan(&pods, &nodes, t0 + Duration::from_secs(1));
+    let acts2 = k2.plan(&pods, &nodes, t0 + Duration::from_secs(2));
+    let all: Vec<_> = acts.iter().chain(acts2.iter()).collect();
+    assert!(all.iter().any(|a| matches!(a, KubeletAction::Delete { name, reason: DeleteReason::Terminating, .. } if name == "t")));
+    assert!(all.iter().any(|a| matches!(a, KubeletAction::Delete { name, reason: DeleteReason::NodeGone, .. } if name == "o")));
+    assert!(
+        all.iter().any(
+            |a| matches!(a, KubeletAction::SetReady { name, ready: false, .. } if name == "r")
+        )
+    );
+}
+
+#[test]
+fn unknown_nodes_left_alone_with_node_selector() {
+    let mut k = KubeletCore::new(&KubeletOptions {
+        node_selector: Some("sim.slices.dev/fake=true".into()),
+        ..Default::default()
+    });
+    let elsewhere = Arc::new(bound(tpu_pod("e", 0), "kind-control-plane"));
+    assert!(k.plan(&[elsewhere], &nodes(), Instant::now()).is_empty());
+}
+
+fn terminating(mut p: Pod) -> Pod {
+    p.metadata.deletion_timestamp =
+        serde_json::from_value(serde_json::json!("2026-01-01T00:00:00Z")).ok();
+    p
+}
+
+fn with_node(nodes: &[Arc<Node>], i: usize, f: impl FnOnce(&mut Node)) -> Vec<Arc<Node>> {
+    let mut nodes = nodes.to_vec();
+    let mut n = (*nodes[i]).clone();
+    f(&mut n);
+    nodes[i] = Arc::new(n);
+    nodes
+}
+
+/// A pod marked for deletion on a Ready node: its kubelet stops the containers and
+/// confirms (phase Failed, then a grace-0 delete), `termination_delay` after it saw it.
+/// On a NotReady node nobody confirms (the pod is only marked not ready) until the node
+/// is Ready again.
+#[test]
+fn deletion_is_confirmed_only_on_a_ready_node() {
+    let mut k = KubeletCore::new(&KubeletOptions {
+        termination_delay: Duration::from_millis(300),
+        ..Default::default()
+    });
+    let ready_nodes = nodes();
+    let down = with_node(&ready_nodes, 0, set_not_ready);
+    let pod = Arc::new(terminating(running(bound(tpu_pod("t", 4), "pool-0-0"))));
+    let t0 = Instant::now();
+    let mut on_down = Vec::new();
+    for s in 0..5 {
+        on_down.extend(k.plan(
+            std::slice::from_ref(&pod),
+            &down,
+            t0 + Duration::from_secs(s),
+        ));
+    }
+    assert!(
+        !on_down.is_empty()
+            && on_down
+                .iter()
+                .all(|a| matches!(a, KubeletAction::SetReady { ready: false, .. })),
+        "only marked not ready while the node is down: {on_down:?}"
+    );
+    let t1 = t0 + Duration::from_secs(10);
+    assert!(
+        k.plan(std::slice::from_ref(&pod), &ready_nodes, t1)
+            .is_empty()
+    );
+    let acts = k.plan(
+        std::slice::from_ref(&pod),
+        &ready_nodes,
+        t1 + Duration::from_millis(300),
+    );
+    match &acts[..] {
+        [
+            KubeletAction::Delete {
+                name,
+                uid,
+                reason: DeleteReason::Terminating,
+                stop: Some(stop),
+                ..
+            },
+        ] => {
+            assert_eq!((name.as_str(), uid.as_str()), ("t", "uid-t"));
+            assert_eq!(stop["status"]["phase"], "Failed");
+            let c = &stop["status"]["containerStatuses"][0];
+            assert_eq!(c["state"]["terminated"]["exitCode"], 143);
+            assert_eq!(c["ready"], false);
+        }
+        other => panic!("expected a confirmed deletion, got {other:?}"),
+    }
+}
+
+/// Nothing confirms the deletion of an unbound pod (the API server removes it at once,
+/// unless finalizers hold it), and it is not scheduled either.
+#[test]
+fn unbound_terminating_pod_is_left_alone() {
+    let mut k = core(Duration::ZERO);
+    let pod = Arc::new(terminating(tpu_pod("u", 4)));
+    let t0 = Instant::now();
+    assert!(k.plan(std::slice::from_ref(&pod), &nodes(), t0).is_empty());
+    assert!(
+        k.plan(&[pod], &nodes(), t0 + Duration::from_secs(5))
+            .is_empty()
+    );
+}
+
+/// A terminating pod whose node is gone is PodGC's, after `orphan_grace`.
+#[test]
+fn terminating_pod_on_a_gone_node_is_collected() {
+    let mut k = core(Duration::ZERO);
+    let t0 = Instant::now();
+    let pod = Arc::new(terminating(running(bound(tpu_pod("g", 4), "pool-0-3"))));
+    k.plan(std::slice::from_ref(&pod), &nodes(), t0);
+    let three = &nodes()[..3];
+    assert!(k.plan(std::slice::from_ref(&pod), three, t0).is_empty());
+    let acts = k.plan(&[pod], three, t0 + k.orphan_grace);
+    assert!(matches!(
+        &acts[..],
+        [KubeletAction::Delete {
+            reason: DeleteReason::NodeGone,
+            stop: None,
+            ..
+        }]
+    ));
+}
+
+/// With a real scheduler (`External`) pending pods are never bound, and the kubelet
+/// still starts the pods bound to its nodes.
+#[test]
+fn external_scheduler_mode_never_binds() {
+    let mut k = KubeletCore::new(&KubeletOptions {
+        scheduler: SchedulerMode::External,
+        ..Default::default()
+    });
+    let t0 = Instant::now();
+    let pending = Arc::new(tpu_pod("p", 4));
+    let bound_by_other = Arc::new(bound(tpu_pod("b", 4), "pool-0-2"));
+    let acts = k.plan(&[pending, bound_by_other], &nodes(), t0);
+    assert!(
+        matches!(&acts[..], [KubeletAction::Start { name, .. }] if name == "b"),
+        "{acts:?}"
+    );
+}
+
+/// Kubelet admission: pods bound beyond the node's chips (by another scheduler) are
+/// failed with `OutOf<resource>`, in creation order: the older pod runs.
+#[test]
+fn admission_rejects_pods_beyond_the_chips() {
+    let mut k = KubeletCore::new(&KubeletOptions {
+        scheduler: SchedulerMode::External,
+        ..Default::default()
+    });
+    let created = |p: &mut Pod, at: &str| {
+        p.metadata.creation_timestamp = serde_json::from_value(serde_json::json!(at)).ok();
+    };
+    let mut older = bound(tpu_pod("z-older", 4), "pool-0-0");
+    created(&mut older, "2026-01-01T00:00:00Z");
+    let mut newer = bound(tpu_pod("a-newer", 4), "pool-0-0");
+    created(&mut newer, "2026-01-01T00:00:01Z");
+    let pods = [Arc::new(newer), Arc::new(older)];
+    let t0 = Instant::now();
+    let acts = k.plan(&pods, &nodes(), t0);
+    assert_eq!(acts.len(), 2, "{acts:?}");
+    assert!(
+        acts.iter()
+            .any(|a| matches!(a, KubeletAction::Start { name, .. } if name == "z-older"))
+    );
+    let rejected = acts.iter().find_map(|a| match a {
+        KubeletAction::Reject {
+            name,
+            reason,
+            patch,
+            ..
+        } => Some((name.clone(), reason.clone(), patch.clone())),
+        _ => None,
+    });
+    let (name, reason, patch) = rejected.expect("one pod rejected");
+    assert_eq!(
+        (name.as_str(), reason.as_str()),
+        ("a-newer", OUT_OF_TPU_REASON)
+    );
+    assert_eq!(reason, "OutOfgoogle.com/tpu");
+    assert_eq!(patch["status"]["phase"], "Failed");
+    assert_eq!(patch["status"]["reason"], OUT_OF_TPU_REASON);
+    // The admitted pod keeps its chips until it has started: still one rejection only.
+    for a in &acts {
+        k.issued(a, t0);
+    }
+    assert!(k.plan(&pods, &nodes(), t0).is_empty());
+}
