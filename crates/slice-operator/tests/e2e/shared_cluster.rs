@@ -212,7 +212,7 @@ async fn colliding_pod_names_are_reported_before_any_create_and_the_first_cluste
     );
     assert!(valid.message.contains("a-b-c-<replica>-<host>"));
     // Another reconcile of `a` (an edit that is no spec change) repeats nothing.
-    let reconciles = super::completed_reconciles(&env, 0);
+    let reconciles = super::restarts::completed_reconciles(&env, 0);
     let patch = json!({"metadata": {"annotations": {"e2e.slices.dev/poke": "1"}}});
     env.tcs()
         .patch("a", &PatchParams::default(), &Patch::Merge(&patch))
@@ -220,7 +220,7 @@ async fn colliding_pod_names_are_reported_before_any_create_and_the_first_cluste
         .unwrap();
     if !harness::external() {
         env.wait_for("another reconcile", Duration::from_secs(30), || async {
-            (super::completed_reconciles(&env, 0) > reconciles).then_some(())
+            (super::restarts::completed_reconciles(&env, 0) > reconciles).then_some(())
         })
         .await;
     }
