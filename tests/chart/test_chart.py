@@ -147,8 +147,24 @@ def test_default_kinds(default_docs):
             "Service",
             "Deployment",
             "PodDisruptionBudget",
+            "PriorityClass",
         ]
     )
+
+
+def test_spare_priority_class(default_docs):
+    pc = one(default_docs, "PriorityClass")
+    # The name the operator's placeholder pods use (constants.rs SPARE_PRIORITY_CLASS).
+    assert pc["metadata"]["name"] == "slice-operator-spare"
+    # Below default-priority pods, above the cluster autoscaler's expendable cutoff (-10).
+    assert -10 <= pc["value"] < 0
+    assert pc["preemptionPolicy"] == "Never"
+    assert pc["globalDefault"] is False
+
+
+def test_spare_priority_class_can_be_left_to_another_install():
+    docs = render({"spares": {"createPriorityClass": False}})
+    assert not [d for d in docs if d["kind"] == "PriorityClass"]
 
 
 def test_crd_included():

@@ -365,6 +365,7 @@ mod tests {
 
     fn group_of(pod: Pod) -> GroupCreate {
         GroupCreate {
+            spare: false,
             group: "w".into(),
             replica: 0,
             epoch: 1,

@@ -451,8 +451,12 @@ async fn apply_pods(
     for create in &plan.create {
         apply::create_group(&pod_api, create, ctx.config.api_concurrency).await?;
         progress.creates += 1;
-        info!(group = %create.group, replica = create.replica, epoch = create.epoch, slice = ?create.slice, pods = create.pods.len(), "created group");
-        ctx.metrics.groups_created.inc();
+        if create.spare {
+            info!(group = %create.group, spare = create.replica, slice = ?create.slice, pods = create.pods.len(), "holding a hot spare");
+        } else {
+            info!(group = %create.group, replica = create.replica, epoch = create.epoch, slice = ?create.slice, pods = create.pods.len(), "created group");
+            ctx.metrics.groups_created.inc();
+        }
     }
     if let Some(pod) = &plan.create_head {
         let params = kube::api::PostParams {

@@ -30,6 +30,24 @@ pub const LABEL_MEMBERSHIP: &str = "slices.dev/membership";
 pub const LABEL_TEMPLATE_HASH: &str = "slices.dev/template-hash";
 pub const ROLE_WORKER: &str = "worker";
 pub const ROLE_HEAD: &str = "head";
+/// Placeholder pods holding a hot spare slice (`slices.spares`).
+pub const ROLE_SPARE: &str = "spare";
+/// Which placeholder set of its group a spare pod belongs to (part of its name).
+pub const LABEL_SPARE_INDEX: &str = "slices.dev/spare-index";
+/// The PriorityClass of placeholder pods, installed by the chart (value
+/// [`SPARE_PRIORITY_VALUE`], `preemptionPolicy: Never`).
+pub const SPARE_PRIORITY_CLASS: &str = "slice-operator-spare";
+/// Below every default-priority workload, so a spare never keeps one out; above the cluster
+/// autoscaler's expendable cutoff (-10), so the autoscaler keeps a spare's nodes.
+pub const SPARE_PRIORITY_VALUE: i32 = -5;
+/// Placeholders do nothing: they stop at once on SIGTERM, and the swap waits no longer.
+pub const SPARE_GRACE_SECONDS: i64 = 5;
+/// What a placeholder runs in the worker image: nothing, until told to stop.
+pub const SPARE_COMMAND: &[&str] = &[
+    "sh",
+    "-c",
+    "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done",
+];
 
 pub const LABEL_APP_NAME: &str = "app.kubernetes.io/name";
 pub const LABEL_APP_INSTANCE: &str = "app.kubernetes.io/instance";

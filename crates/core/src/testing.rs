@@ -164,7 +164,11 @@ pub fn tpu_group(
             chips_per_host: None,
         }),
         hosts_per_group: None,
-        slices: SliceRange { min, max },
+        slices: SliceRange {
+            min,
+            max,
+            spares: 0,
+        },
         template: worker_template(chips),
     }
 }

@@ -337,3 +337,21 @@ fn every_refusal_names_its_field() {
         "{errors:?}"
     );
 }
+
+#[test]
+fn the_chart_installs_the_priority_class_placeholders_use() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../charts/slice-operator/templates/priorityclass.yaml"
+    );
+    let template = std::fs::read_to_string(path).expect("chart PriorityClass template");
+    use slice_core::constants::{SPARE_PRIORITY_CLASS, SPARE_PRIORITY_VALUE};
+    assert!(
+        template.contains(&format!("name: {SPARE_PRIORITY_CLASS}\n")),
+        "{template}"
+    );
+    assert!(
+        template.contains(&format!("value: {SPARE_PRIORITY_VALUE}\n")),
+        "{template}"
+    );
+}

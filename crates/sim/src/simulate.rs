@@ -71,9 +71,7 @@ pub async fn simulate(
         }
     };
     let emulator = Emulator::start(EmulatorOptions::default()).await?;
-    emulator
-        .install_crd(&slice_core::api::crd())
-        .map_err(|e| anyhow::anyhow!("installing the CRD: {e}"))?;
+    crate::install_chart_objects(&emulator)?;
     let client = emulator.client();
     say(format!("API emulator listening on {}", emulator.url()));
     // The operator's defaults, as it ships: no shortened resync.

@@ -42,9 +42,7 @@ async fn run() -> anyhow::Result<()> {
         ..Default::default()
     })
     .await?;
-    emulator
-        .install_crd(&slice_core::api::crd())
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    slice_sim::install_chart_objects(&emulator)?;
     let pools = CLUSTERS as u32 * SLICES;
     for p in 0..pools {
         let spec = NodePoolSpec::new(&format!("p{p:04}"), "tpu-v6e-slice", "8x8");

@@ -121,6 +121,7 @@ pub struct HeadSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("has(self.tpu) != has(self.hostsPerGroup)").message("set exactly one of tpu (TPU slices) or hostsPerGroup (non-TPU multi-host groups)"))]
+#[x_kube(validation = Rule::new("has(self.tpu) || !has(self.slices.spares) || self.slices.spares == 0").message("slices.spares: spares are whole TPU slices; set tpu, or remove spares"))]
 pub struct WorkerGroupSpec {
     /// DNS label, unique within the cluster; part of every pod name.
     #[schemars(
@@ -176,6 +177,16 @@ pub struct SliceRange {
     /// Most slices the group grows to.
     #[schemars(range(min = 1, max = 1000))]
     pub max: u32,
+    /// Hot spares: whole, ready slices held for this group beyond those it runs, each host
+    /// running a low-priority placeholder pod. A lost slice is replaced by a spare at once
+    /// (one restart, at full size). Held only while the group runs at `max`. TPU groups only.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0, max = 64))]
+    pub spares: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]

@@ -138,6 +138,9 @@ pub struct GroupStatus {
     /// Slices of the group's shape that others use (at most 8 listed): `slice: by what`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub busy_slices: Vec<String>,
+    /// Hot spares (`slices.spares`): wanted now, and the slices held for the group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spares: Option<SpareStatus>,
     /// Next free incarnation number (names each group incarnation uniquely in `TPU_NAME`).
     #[serde(default)]
     pub next_incarnation: u64,
@@ -158,6 +161,24 @@ pub struct GroupStatus {
     /// and deleting neither counts them again nor takes the leftovers for a new disruption.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retiring_incarnations: Vec<u64>,
+}
+
+/// The hot spares of a worker group.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SpareStatus {
+    /// Spares wanted now: `slices.spares` while the group runs at `slices.max`, else 0.
+    #[serde(default)]
+    pub wanted: u32,
+    /// Whole placeholder sets standing on ready slices.
+    #[serde(default)]
+    pub held: u32,
+    /// The slices held as spares, in name order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slices: Vec<String>,
+    /// Slices swapped in for lost ones so far.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub swaps: u32,
 }
 
 /// A standard Kubernetes condition.

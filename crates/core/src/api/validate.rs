@@ -102,6 +102,12 @@ pub fn resolve(tc: &TrainCluster) -> Result<Vec<ResolvedGroup<'_>>, Vec<FieldErr
                 ),
             });
         }
+        if group.slices.spares > 0 && group.tpu.is_none() {
+            errors.push(FieldError {
+                field: format!("{at}.slices.spares"),
+                message: "spares are whole TPU slices: set tpu, or remove spares".into(),
+            });
+        }
         let allowed = &spec.elastic.allowed_slice_counts;
         let lowest = group.slices.min.max(1);
         if !allowed.is_empty()

@@ -14,7 +14,7 @@ use crate::tpu::Topology;
 
 mod occupancy;
 pub use occupancy::{ForeignUse, Holder, Occupancy, train_cluster_owner};
-use occupancy::{add_holder, describe_pod, holder_of};
+use occupancy::{add_holder, describe_pod, holder_of, spare_holder_of};
 
 /// Health of a node as far as slice readiness is concerned.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -188,6 +188,7 @@ impl Inventory {
         // first keeps this linear and cheap; the full holder is built once per group.
         let mut first_key: Vec<Option<&str>> = vec![None; slices.len()];
         let mut holders: Vec<Vec<Holder>> = vec![Vec::new(); slices.len()];
+        let mut spares: Vec<Vec<Holder>> = vec![Vec::new(); slices.len()];
         let mut foreign: Vec<Option<ForeignUse>> = vec![None; slices.len()];
         let claims: Vec<(usize, Option<&str>, &LeanPod)> = pods
             .par_iter()
@@ -210,6 +211,10 @@ impl Inventory {
             .collect();
         for (index, key, pod) in claims {
             if key.is_some() && first_key[index] == key {
+                continue;
+            }
+            if let Some(spare) = spare_holder_of(pod) {
+                add_holder(&mut spares[index], spare);
                 continue;
             }
             match holder_of(pod) {
@@ -236,15 +241,20 @@ impl Inventory {
         }
         for (i, slice) in slices.iter_mut().enumerate() {
             let mut held = std::mem::take(&mut holders[i]);
+            let mut spare = std::mem::take(&mut spares[i]);
+            // Workers outrank spares: a group running there (or being swapped in) holds it.
             slice.occupancy = if let Some(use_) = foreign[i].take() {
                 Occupancy::Foreign(use_)
             } else if held.len() == 1 {
                 Occupancy::Held(held.pop().expect("one holder"))
-            } else if held.is_empty() {
-                Occupancy::Free
-            } else {
+            } else if !held.is_empty() {
                 held.sort();
                 Occupancy::Contended(held)
+            } else if !spare.is_empty() {
+                spare.sort();
+                Occupancy::Spare(spare)
+            } else {
+                Occupancy::Free
             };
         }
         let mut order: Vec<usize> = (0..slices.len()).collect();

@@ -39,6 +39,9 @@ pub enum Occupancy {
     Contended(Vec<Holder>),
     /// TPU pods no TrainCluster controls are bound there (a Job, a JobSet, anyone's).
     Foreign(ForeignUse),
+    /// Held as a hot spare by placeholder pods (`replica` is the spare index), earliest
+    /// claim first: taken by no other cluster, swapped in by its own group.
+    Spare(Vec<Holder>),
 }
 
 /// What keeps a slice busy that is not ours: for `kubectl describe`.
@@ -73,18 +76,29 @@ pub fn train_cluster_owner(pod: &LeanPod) -> Option<(&str, &str)> {
         .map(|o| (o.name.as_str(), o.uid.as_str()))
 }
 
+/// The worker group a pod belongs to, as a holder of its slice.
 pub(super) fn holder_of(pod: &LeanPod) -> Option<Holder> {
+    (pod.label(LABEL_ROLE) == Some(ROLE_WORKER))
+        .then(|| holder_with(pod, LABEL_REPLICA_INDEX))
+        .flatten()
+}
+
+/// The spare a placeholder pod belongs to (its spare index in `replica`).
+pub(super) fn spare_holder_of(pod: &LeanPod) -> Option<Holder> {
+    (pod.label(LABEL_ROLE) == Some(ROLE_SPARE))
+        .then(|| holder_with(pod, LABEL_SPARE_INDEX))
+        .flatten()
+}
+
+fn holder_with(pod: &LeanPod, index_label: &str) -> Option<Holder> {
     let (cluster, owner_uid) = train_cluster_owner(pod)?;
-    if pod.label(LABEL_ROLE) != Some(ROLE_WORKER) {
-        return None;
-    }
     Some(Holder {
         since: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
         owner_uid: owner_uid.to_string(),
         namespace: pod.metadata.namespace.clone().unwrap_or_default(),
         cluster: cluster.to_string(),
         group: pod.label(LABEL_GROUP)?.to_string(),
-        replica: pod.label(LABEL_REPLICA_INDEX)?.parse().ok()?,
+        replica: pod.label(index_label)?.parse().ok()?,
     })
 }
 

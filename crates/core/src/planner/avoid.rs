@@ -33,24 +33,28 @@ impl Planner<'_> {
     /// remembered keeps its deadline: a group judged again while its pods go does not
     /// extend it.
     pub(super) fn avoid_unschedulable(&mut self, observed: &BTreeMap<u32, ObservedReplica<'_>>) {
-        let seconds = self.tc.spec.elastic.placement_timeout_seconds;
         for replica in observed.values() {
-            let Verdict::Broken(DeleteReason::PlacementTimeout { slice, .. }) = &replica.verdict
-            else {
-                continue;
-            };
-            if self.avoided.iter().any(|a| &a.slice == slice) {
-                continue;
+            if let Verdict::Broken(DeleteReason::PlacementTimeout { slice, .. }) = &replica.verdict
+            {
+                self.avoid_for_timeout(slice);
             }
-            let until = self
-                .now
-                .saturating_add(SignedDuration::from_secs(seconds.into()))
-                .unwrap_or(self.now);
-            self.avoided.push(AvoidedSlice {
-                slice: slice.clone(),
-                until: until.to_string(),
-            });
         }
+    }
+
+    /// Avoid `slice` for as long as the placement timeout (a deadline already set stays).
+    pub(super) fn avoid_for_timeout(&mut self, slice: &str) {
+        if self.avoided.iter().any(|a| a.slice == slice) {
+            return;
+        }
+        let seconds = self.tc.spec.elastic.placement_timeout_seconds;
+        let until = self
+            .now
+            .saturating_add(SignedDuration::from_secs(seconds.into()))
+            .unwrap_or(self.now);
+        self.avoided.push(AvoidedSlice {
+            slice: slice.to_string(),
+            until: until.to_string(),
+        });
     }
 
     /// Look again when the first unscheduled member of a kept replica reaches its placement

@@ -8,9 +8,10 @@ use jiff::{SignedDuration, Timestamp};
 use super::assemble::{self, GroupSummary};
 use super::cluster::Planner;
 use super::observe::{self, ObservedReplica, PodFacts};
-use super::{DeleteReason, budget, place, retire, revision};
+use super::{DeleteReason, budget, place, retire, revision, spares};
 use crate::api::validate::ResolvedGroup;
 use crate::api::{GroupStatus, Membership, SuccessPolicy};
+use crate::constants::ROLE_SPARE;
 use crate::inventory::Slice;
 
 /// How long old pods usually take to go; look again then.
@@ -30,9 +31,13 @@ impl<'a> Planner<'a> {
         let multislice = self.tc.spec.membership == Membership::Multislice;
         let grace = self.node_grace();
         memory.template_hash = revision::group_hash(self.tc, group);
+        let (spare_pods, pods): (Vec<PodFacts<'a>>, Vec<PodFacts<'a>>) =
+            pods.iter().partition(|f| f.role == Some(ROLE_SPARE));
 
         // Observe and judge: what runs, what must go, what broke and what that costs.
-        let observed = self.observe_group(group, pods, grace, &mut memory);
+        let observed = self.observe_group(group, &pods, grace, &mut memory);
+        let spare_sets = self.observe_spares(group, &spare_pods, grace);
+        let spare_slices = spares::standing_slices(&spare_sets);
         let (mut kept, tally) = self.judge_group(name, &observed, &memory, multislice);
         self.release_stuck(name, &observed, group.shape.is_some(), grace);
         let exhausted = self.charge_budget(name, &tally, &mut memory);
@@ -40,7 +45,7 @@ impl<'a> Planner<'a> {
 
         // Size: from the slices this group holds or can take.
         let own: HashSet<&str> = observed.values().filter_map(|r| r.slice).collect();
-        let usable = self.usable_slices(group, &own, grace);
+        let usable = self.usable_slices(group, &own, &spare_slices, grace);
         memory.available_slices = available_slices(group, usable.len());
         // Named only while they matter, so that others' churn rewrites no settled status.
         memory.busy_slices = if memory.available_slices < group.spec.slices.max {
@@ -93,10 +98,16 @@ impl<'a> Planner<'a> {
         } else {
             Vec::new()
         };
-        let mut free = place::free_slices(&usable, &own);
+        let mut free = place::free_slices(&usable, &own, &spare_slices);
+        let first_create = self.plan.create.len();
         let created = self.create_replicas(group, &mut memory, sizing.target, wanted, &mut free);
+        // Spares: the ones just taken make way; the rest are kept at what is wanted.
+        let swapped = self.swap_spares(name, &spare_sets, first_create, &mut memory);
+        let stopped = failed || finishing || sizing.stop.is_some();
+        let spares_wanted = spares::wanted(group, sizing.target, stopped);
         let still_wanted = (sizing.target as usize).saturating_sub(kept.len() + created.len());
         self.promise(&free, still_wanted);
+        self.refill_spares(group, &spare_sets, &swapped, spares_wanted, &mut memory);
 
         self.wake_for_pending(backoff_until, leaving, &usable, grace);
         let restarting = !failed && (backoff_until.is_some() || leaving > 0) && sizing.target > 0;

@@ -35,6 +35,7 @@ mod retire;
 pub mod revision;
 mod rollout;
 mod size;
+mod spares;
 mod status;
 mod stuck;
 
@@ -54,6 +55,7 @@ use cluster::Planner;
 use observe::PodFacts;
 use rayon::prelude::*;
 pub use reason::{DeleteReason, DisruptionKind};
+pub use spares::{spare_pod_name, spare_pods};
 
 /// Everything the planner looks at.
 pub struct PlanInput<'a> {
@@ -88,9 +90,12 @@ pub struct Plan {
 #[derive(Clone, Debug)]
 pub struct GroupCreate {
     pub group: String,
+    /// The replica index; for a spare, its spare index.
     pub replica: u32,
     pub epoch: u64,
     pub slice: Option<String>,
+    /// A hot spare's placeholder pods, not workers.
+    pub spare: bool,
     pub pods: Vec<Pod>,
 }
 

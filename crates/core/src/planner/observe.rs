@@ -85,6 +85,8 @@ pub struct PodFacts<'a> {
     pub slice: Option<&'a str>,
     pub template_hash: Option<&'a str>,
     pub membership: Option<&'a str>,
+    /// The placeholder set of a spare pod (`slices.dev/spare-index`).
+    pub spare: Option<u32>,
 }
 
 impl<'a> PodFacts<'a> {
@@ -101,6 +103,7 @@ impl<'a> PodFacts<'a> {
             slice: None,
             template_hash: None,
             membership: None,
+            spare: None,
         };
         let Some(labels) = pod.metadata.labels.as_ref() else {
             return facts;
@@ -125,6 +128,7 @@ impl<'a> PodFacts<'a> {
                 "slice" => facts.slice = Some(v),
                 "template-hash" => facts.template_hash = Some(v),
                 "membership" => facts.membership = Some(v),
+                "spare-index" => facts.spare = v.parse().ok(),
                 _ => {}
             }
         }
@@ -265,7 +269,7 @@ fn verdict(
     Verdict::Healthy
 }
 
-fn terminating(pod: &LeanPod) -> bool {
+pub(super) fn terminating(pod: &LeanPod) -> bool {
     pod.metadata.deletion_timestamp.is_some()
 }
 
@@ -392,7 +396,7 @@ fn member_lost(facts: &[PodFacts<'_>], success_counts: bool) -> Option<DeleteRea
 }
 
 /// Every member needs its own host index in `0..hosts`.
-fn bad_host_index(facts: &[PodFacts<'_>], hosts: u32) -> Option<DeleteReason> {
+pub(super) fn bad_host_index(facts: &[PodFacts<'_>], hosts: u32) -> Option<DeleteReason> {
     let mut seen = vec![false; hosts as usize];
     for f in facts {
         match f.host {
@@ -413,7 +417,7 @@ fn bad_host_index(facts: &[PodFacts<'_>], hosts: u32) -> Option<DeleteReason> {
 
 /// Just created: the watch caches may not show every member yet (thousands of pods arrive
 /// one event at a time). Only a group that stays incomplete is broken.
-fn incomplete(facts: &[PodFacts<'_>], hosts: u32, now: Timestamp) -> Verdict {
+pub(super) fn incomplete(facts: &[PodFacts<'_>], hosts: u32, now: Timestamp) -> Verdict {
     let newest = facts
         .iter()
         .filter_map(|f| f.pod.metadata.creation_timestamp.as_ref().map(|t| t.0))

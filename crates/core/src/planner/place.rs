@@ -41,11 +41,17 @@ pub(super) fn wanted_replicas(
         .collect()
 }
 
-/// The usable slices no replica of the group holds yet, in order.
-pub(super) fn free_slices<'a>(usable: &[&'a Slice], own: &HashSet<&str>) -> Vec<&'a Slice> {
+/// The usable slices no replica of the group holds yet (free ones, then its spares), in
+/// order.
+pub(super) fn free_slices<'a>(
+    usable: &[&'a Slice],
+    own: &HashSet<&str>,
+    spares: &HashSet<&str>,
+) -> Vec<&'a Slice> {
     usable
         .iter()
-        .filter(|s| s.is_free() && !own.contains(s.id.as_str()))
+        .filter(|s| !own.contains(s.id.as_str()))
+        .filter(|s| s.is_free() || spares.contains(s.id.as_str()))
         .copied()
         .collect()
 }
@@ -53,11 +59,13 @@ pub(super) fn free_slices<'a>(usable: &[&'a Slice], own: &HashSet<&str>) -> Vec<
 impl<'a> Planner<'a> {
     /// Whole slices of the group's shape this group may run on: ones it holds (`own`, or
     /// per the inventory) that are not lost, then ready free ones not promised to another
-    /// group, in name order.
+    /// group, then its own ready hot spares (`spares`), each in name order. Free slices come
+    /// before spares so that a restart on healthy slices leaves the spares standing.
     pub(super) fn usable_slices(
         &mut self,
         group: &ResolvedGroup<'_>,
         own: &HashSet<&str>,
+        spares: &HashSet<&str>,
         grace: SignedDuration,
     ) -> Vec<&'a Slice> {
         let Some(shape) = &group.shape else {
@@ -70,8 +78,15 @@ impl<'a> Planner<'a> {
         let ours = |h: &Holder| h.owner_uid == uid && h.group == name;
         let mut held = Vec::new();
         let mut free = Vec::new();
+        let mut standby = Vec::new();
         for slice in self.inventory.slices() {
             if !slice.matches(accelerator, &topology, shape.hosts) || self.avoids(&slice.id) {
+                continue;
+            }
+            if spares.contains(slice.id.as_str()) {
+                if slice.is_ready() {
+                    standby.push(slice);
+                }
                 continue;
             }
             // A slice another cluster claimed first is theirs: our group there is leaving.
@@ -101,6 +116,7 @@ impl<'a> Planner<'a> {
             }
         }
         held.extend(free);
+        held.extend(standby);
         held
     }
 
@@ -125,6 +141,7 @@ impl<'a> Planner<'a> {
                     Occupancy::Foreign(use_) => Some(use_.to_string()),
                     Occupancy::Held(h) => others(h),
                     Occupancy::Contended(hs) => others(&hs[0]),
+                    Occupancy::Spare(hs) => others(&hs[0]).map(|by| format!("{by} (hot spare)")),
                     Occupancy::Free => None,
                 }?;
                 Some(format!("{}: {by}", s.id))
@@ -215,6 +232,7 @@ impl<'a> Planner<'a> {
             replica,
             epoch: memory.epoch,
             slice: slice.map(|s| s.id.clone()),
+            spare: false,
             pods: render::group_pods(self.tc, group, &placement),
         });
     }

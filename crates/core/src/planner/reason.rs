@@ -91,6 +91,20 @@ pub enum DeleteReason {
         slice: String,
         winner: String,
     },
+    /// A hot spare's slice takes the place of a lost one: its placeholders make way.
+    SpareSwapped {
+        slice: String,
+    },
+    /// A hot spare no longer wanted (the group stopped, shrank below its max, or asks for
+    /// fewer spares).
+    SpareReleased {
+        why: String,
+    },
+    /// A placeholder set that cannot hold its slice (a placeholder ended or is missing, the
+    /// slice is lost): replaced on a healthy slice.
+    SpareBroken {
+        detail: String,
+    },
 }
 
 impl DeleteReason {
@@ -138,6 +152,9 @@ impl DeleteReason {
             DeleteReason::TtlExpired => "TtlExpired",
             DeleteReason::StuckTerminating { .. } => "StuckTerminating",
             DeleteReason::PlacementTimeout { .. } => "PlacementTimeout",
+            DeleteReason::SpareSwapped { .. } => "SpareSwapped",
+            DeleteReason::SpareReleased { .. } => "SpareReleased",
+            DeleteReason::SpareBroken { .. } => "SpareBroken",
             DeleteReason::SliceContended { .. } => "SliceContended",
         }
     }
@@ -213,6 +230,14 @@ impl fmt::Display for DeleteReason {
                 f,
                 "slice {slice} was claimed first by {winner}; placing this group elsewhere"
             ),
+            DeleteReason::SpareSwapped { slice } => write!(
+                f,
+                "hot spare slice {slice} takes the place of a lost slice; its placeholders make way"
+            ),
+            DeleteReason::SpareReleased { why } => write!(f, "hot spare released: {why}"),
+            DeleteReason::SpareBroken { detail } => {
+                write!(f, "hot spare cannot hold its slice: {detail}; replacing it")
+            }
         }
     }
 }

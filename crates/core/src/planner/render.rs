@@ -80,7 +80,7 @@ pub fn owner_reference(tc: &TrainCluster) -> OwnerReference {
     }
 }
 
-fn base_labels(cluster: &str, role: &str) -> BTreeMap<String, String> {
+pub(super) fn base_labels(cluster: &str, role: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         (LABEL_CLUSTER.to_string(), cluster.to_string()),
         (LABEL_ROLE.to_string(), role.to_string()),
@@ -224,7 +224,7 @@ pub fn reserved_template_labels(tc: &TrainCluster) -> Vec<String> {
 }
 
 /// A pod controlled by the TrainCluster, in its namespace.
-fn owned_pod(
+pub(super) fn owned_pod(
     tc: &TrainCluster,
     name: String,
     labels: BTreeMap<String, String>,

@@ -26,6 +26,7 @@ mod ids;
 mod list;
 mod meta;
 mod pod_spec;
+mod priority;
 mod resources;
 mod write;
 

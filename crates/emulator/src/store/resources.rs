@@ -87,6 +87,14 @@ pub(super) fn builtins() -> impl Iterator<Item = ResourceInfo> {
         ResourceInfo::builtin("events.k8s.io", "v1", "events", "Event", true, false),
         ResourceInfo::builtin("coordination.k8s.io", "v1", "leases", "Lease", true, false),
         ResourceInfo::builtin(
+            "scheduling.k8s.io",
+            "v1",
+            "priorityclasses",
+            "PriorityClass",
+            false,
+            false,
+        ),
+        ResourceInfo::builtin(
             "apiextensions.k8s.io",
             "v1",
             "customresourcedefinitions",
@@ -99,6 +107,7 @@ pub(super) fn builtins() -> impl Iterator<Item = ResourceInfo> {
     .map(|mut info| {
         info.short_names = match info.plural.as_str() {
             "pods" => vec!["po".into()],
+            "priorityclasses" => vec!["pc".into()],
             "nodes" => vec!["no".into()],
             "services" => vec!["svc".into()],
             "namespaces" => vec!["ns".into()],

@@ -119,6 +119,7 @@ impl Store {
             m.remove("managedFields");
         }
         if info.is("", "pods") {
+            self.admit_priority(&mut obj, &name)?;
             defaults::default_pod(&mut obj);
             let qos = defaults::qos_class(&obj);
             obj["status"] = json!({"phase": "Pending", "qosClass": qos});

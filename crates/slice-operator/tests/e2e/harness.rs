@@ -156,9 +156,7 @@ impl SharedCluster {
         let emulator = Emulator::start(EmulatorOptions::default())
             .await
             .expect("emulator");
-        emulator
-            .install_crd(&slice_core::api::crd())
-            .expect("install CRD");
+        slice_sim::install_chart_objects(&emulator).expect("install the chart's objects");
         let operator = start_operator(&emulator, 0, &EnvOptions::default()).await;
         SharedCluster {
             config: emulator.config(),
@@ -362,9 +360,7 @@ impl Env {
         let emulator = Emulator::start(options.emulator.clone())
             .await
             .expect("emulator");
-        emulator
-            .install_crd(&slice_core::api::crd())
-            .expect("install CRD");
+        slice_sim::install_chart_objects(&emulator).expect("install the chart's objects");
         let mut operators = Vec::new();
         for i in 0..options.operators {
             operators.push(start_operator(&emulator, i, &options).await);

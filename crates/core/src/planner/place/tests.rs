@@ -54,14 +54,14 @@ fn usable_slices_are_held_ones_first_then_ready_unpromised_free_ones_of_the_shap
     let group = scene.group();
     let mut planner = scene.planner();
     planner.claimed.insert("pool-4".into());
-    let usable = planner.usable_slices(&group, &HashSet::new(), GRACE);
+    let usable = planner.usable_slices(&group, &HashSet::new(), &HashSet::new(), GRACE);
     assert_eq!(
         ids(&usable),
         ["pool-0", "pool-1", "pool-2"],
         "NotReady pool-3, promised pool-4 and the 2x4 pool are not usable"
     );
     assert_eq!(
-        ids(&free_slices(&usable, &HashSet::new())),
+        ids(&free_slices(&usable, &HashSet::new(), &HashSet::new())),
         ["pool-2"],
         "held slices are not free"
     );
@@ -79,7 +79,7 @@ fn a_held_slice_that_is_lost_is_not_usable() {
     let scene = Scene::new(world);
     let group = scene.group();
     let mut planner = scene.planner();
-    let usable = planner.usable_slices(&group, &HashSet::new(), GRACE);
+    let usable = planner.usable_slices(&group, &HashSet::new(), &HashSet::new(), GRACE);
     assert_eq!(ids(&usable), ["pool-1", "pool-2", "pool-3", "pool-4"]);
 }
 
@@ -89,9 +89,12 @@ fn our_own_pods_make_a_slice_held_even_when_the_inventory_says_free() {
     let group = scene.group();
     let mut planner = scene.planner();
     let own = HashSet::from(["pool-2"]);
-    let usable = planner.usable_slices(&group, &own, GRACE);
+    let usable = planner.usable_slices(&group, &own, &HashSet::new(), GRACE);
     assert_eq!(ids(&usable), ["pool-2", "pool-0", "pool-1"]);
-    assert_eq!(ids(&free_slices(&usable, &own)), ["pool-0", "pool-1"]);
+    assert_eq!(
+        ids(&free_slices(&usable, &own, &HashSet::new())),
+        ["pool-0", "pool-1"]
+    );
 }
 
 #[test]
@@ -179,6 +182,6 @@ fn promised_slices_are_not_usable_by_a_later_group() {
     let mut planner = scene.planner();
     let free: Vec<&Slice> = scene.inventory.slices().collect();
     planner.promise(&free, 2);
-    let usable = planner.usable_slices(&group, &HashSet::new(), GRACE);
+    let usable = planner.usable_slices(&group, &HashSet::new(), &HashSet::new(), GRACE);
     assert_eq!(ids(&usable), ["pool-2"]);
 }

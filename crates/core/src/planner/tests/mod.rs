@@ -8,6 +8,7 @@ mod hygiene;
 mod lifecycle;
 mod placement;
 mod recovery;
+mod spares;
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
