@@ -519,6 +519,11 @@ impl Env {
         format!("{}{name}", self.prefix)
     }
 
+    /// The scenario's name of a pool (the inverse of [`Env::pool`]).
+    pub fn short_pool<'a>(&self, full: &'a str) -> &'a str {
+        full.strip_prefix(&self.prefix).unwrap_or(full)
+    }
+
     pub fn tcs(&self) -> Api<TrainCluster> {
         Api::namespaced(self.client.clone(), &self.namespace)
     }

@@ -8,6 +8,7 @@ mod lifecycle;
 mod lifecycle_edits;
 mod restarts;
 mod shared_cluster;
+mod spares;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
