@@ -258,6 +258,7 @@ pub async fn create_group(api: &Api<Pod>, group: &GroupCreate, concurrency: usiz
     Err(Error::PartialGroup {
         group: group.group.clone(),
         replica: group.replica,
+        spare: group.spare,
         created: created.len(),
         total,
         rejected: rejection(&cause),

@@ -18,6 +18,8 @@ pub enum Error {
     PartialGroup {
         group: String,
         replica: u32,
+        /// The placeholder pods of a hot spare (`replica` is the spare index).
+        spare: bool,
         created: usize,
         total: usize,
         cause: String,
@@ -65,10 +67,14 @@ impl Error {
             Error::PartialGroup {
                 group,
                 replica,
+                spare,
                 rejected: Some(message),
                 ..
             } => Some((
-                format!("the pods of group {group} replica {replica}"),
+                match spare {
+                    true => format!("the placeholder pods of group {group} spare {replica}"),
+                    false => format!("the pods of group {group} replica {replica}"),
+                },
                 message,
             )),
             Error::HeadRejected(message) => Some(("the head pod".to_string(), message)),

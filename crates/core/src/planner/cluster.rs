@@ -98,7 +98,9 @@ impl<'a> Planner<'a> {
         }
         let failed = sticky || summaries.iter().any(|s| s.exhausted.is_some());
         self.place_head(&head_pods, &mut head, failed);
-        self.finish(summaries, head, head_exhausted)
+        let mut plan = self.finish(summaries, head, head_exhausted);
+        spares_last(&mut plan);
+        plan
     }
 
     /// `slices.dev/` labels in a template are dropped from the pods (only the operator
@@ -129,6 +131,29 @@ impl<'a> Planner<'a> {
                 group: name.to_string(),
             };
             self.delete_whole(name, None, reason, &pods);
+        }
+    }
+}
+
+/// Hot spares are created after every worker group: a rejected placeholder create (a
+/// missing PriorityClass) then never keeps a worker group of this plan from being created.
+fn spares_last(plan: &mut Plan) {
+    let mut order: Vec<usize> = (0..plan.create.len()).collect();
+    order.sort_by_key(|i| plan.create[*i].spare);
+    if order.iter().enumerate().all(|(to, from)| to == *from) {
+        return;
+    }
+    let mut moved: Vec<Option<super::GroupCreate>> = std::mem::take(&mut plan.create)
+        .into_iter()
+        .map(Some)
+        .collect();
+    plan.create = order
+        .iter()
+        .map(|i| moved[*i].take().expect("once"))
+        .collect();
+    for event in &mut plan.events {
+        if let Some(super::EventAfter::Create(i)) = &mut event.after {
+            *i = order.iter().position(|from| from == i).expect("an index");
         }
     }
 }

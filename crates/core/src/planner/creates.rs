@@ -43,8 +43,12 @@ pub fn record_rejection(
         REJECTED_CREATE_MAX_BACKOFF,
     );
     next.create_retry_after = now.saturating_add(wait).ok().map(|t| t.to_string());
+    let fix = match message.contains(crate::constants::SPARE_PRIORITY_CLASS) {
+        true => "install the chart's PriorityClass (see docs/spares.md) or set slices.spares to 0",
+        false => "fix the template in the TrainCluster spec",
+    };
     let text = format!(
-        "the API server rejected {what}: {message}; fix the template in the TrainCluster spec (retrying in {}s)",
+        "the API server rejected {what}: {message}; {fix} (retrying in {}s)",
         wait.as_secs()
     );
     let news = rejection_message(status).map(stem) != Some(stem(&text));

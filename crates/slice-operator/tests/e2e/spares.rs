@@ -162,3 +162,57 @@ async fn without_a_spare_a_preempted_slice_costs_two_restarts() {
 async fn without_a_spare_a_termination_notice_costs_two_restarts() {
     without_a_spare_two_restarts(Loss::TerminationNotice, "no-spare-notice").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_priority_class_the_job_runs_and_the_spare_is_reported_once() {
+    if super::harness::external() {
+        eprintln!("skipped against an external cluster: it would delete the chart's PriorityClass");
+        return;
+    }
+    let env = env_with("spare-no-class", 2).await;
+    let classes: kube::Api<k8s_openapi::api::scheduling::v1::PriorityClass> =
+        kube::Api::all(env.client.clone());
+    classes
+        .delete(SPARE_PRIORITY_CLASS, &Default::default())
+        .await
+        .expect("delete the PriorityClass");
+    let mut tc = env.train_cluster("big", Membership::Multislice, 1, 1);
+    tc.spec.worker_groups[0].slices.spares = 1;
+    env.create(&tc).await;
+    env.wait_running("big", 1, HOSTS).await;
+    let condition = env
+        .wait_for(
+            "the rejection reported",
+            Duration::from_secs(60),
+            || async {
+                let status = env.tcs().get("big").await.ok()?.status?;
+                status.conditions.into_iter().find(|c| {
+                    c.type_ == slice_core::api::CONDITION_REPLICA_FAILURE && c.status == "True"
+                })
+            },
+        )
+        .await;
+    assert!(
+        condition
+            .message
+            .contains("no PriorityClass with name slice-operator-spare"),
+        "{}",
+        condition.message
+    );
+    assert!(
+        condition.message.contains("docs/spares.md"),
+        "{}",
+        condition.message
+    );
+    let failed: Vec<_> = env
+        .events_for("big")
+        .await
+        .into_iter()
+        .filter(|(reason, _)| reason == "FailedCreate")
+        .collect();
+    assert_eq!(failed.len(), 1, "reported once: {failed:?}");
+    // The job runs on.
+    let (tc, _) = env.wait_running("big", 1, HOSTS).await;
+    assert_eq!(tc.status.unwrap().groups[0].spares.as_ref().unwrap().held, 0);
+    env.stop().await;
+}

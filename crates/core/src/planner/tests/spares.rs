@@ -308,3 +308,43 @@ fn another_cluster_never_takes_a_spare() {
         plan.status.groups[0].busy_slices
     );
 }
+
+#[test]
+fn spares_are_created_after_every_worker_group_and_their_events_follow_them() {
+    let mut tc = train_cluster(Membership::Independent, 1, 1);
+    tc.spec.worker_groups[0].slices.spares = 1;
+    let second = tpu_group("second", "tpu-v6e-slice", "4x4", 4, 1, 1);
+    tc.spec.worker_groups.push(second);
+    let world = World::new(tc, v6e_pools(4));
+    // First plan: workers of both groups, then the first group's spare.
+    let plan = world.plan();
+    let kinds: Vec<(String, bool)> = plan
+        .create
+        .iter()
+        .map(|c| (c.group.clone(), c.spare))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("workers".to_string(), false),
+            ("second".to_string(), false),
+            ("workers".to_string(), true)
+        ]
+    );
+    let held = plan
+        .events
+        .iter()
+        .find(|e| e.reason == "SpareHeld")
+        .expect("SpareHeld");
+    assert_eq!(held.after, Some(EventAfter::Create(2)));
+    let created: Vec<_> = plan
+        .events
+        .iter()
+        .filter(|e| e.reason == "GroupCreated")
+        .map(|e| e.after)
+        .collect();
+    assert_eq!(
+        created,
+        [Some(EventAfter::Create(0)), Some(EventAfter::Create(1))]
+    );
+}
