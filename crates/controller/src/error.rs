@@ -61,6 +61,11 @@ impl Error {
 }
 
 impl Error {
+    /// True when the rejected pods were a hot spare's placeholders.
+    pub fn spare_rejected(&self) -> bool {
+        matches!(self, Error::PartialGroup { spare: true, .. })
+    }
+
     /// What the API server rejected and its message, if this is such a rejection.
     pub fn rejection(&self) -> Option<(String, &str)> {
         match self {

@@ -376,7 +376,11 @@ async fn apply_plan(
         Err(e) if e.rejection().is_some() => {
             let (what, message) = e.rejection().expect("checked");
             warn!(%what, %message, "the API server rejected a create");
-            let (status, event) = planner::creates::record_rejection(
+            let record = match e.spare_rejected() {
+                true => planner::creates::record_spare_rejection,
+                false => planner::creates::record_rejection,
+            };
+            let (status, event) = record(
                 &plan.status,
                 &what,
                 message,

@@ -58,6 +58,10 @@ pub struct TrainClusterStatus {
     /// After a rejected create, no pod is created before this time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub create_retry_after: Option<String>,
+    /// After a rejected placeholder create (hot spares), no spare is created before this
+    /// time; workers are not held back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spare_retry_after: Option<String>,
     /// Slices a group of this cluster could not be scheduled on (placement timeout): not
     /// chosen again before `until`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

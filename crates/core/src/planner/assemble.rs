@@ -95,6 +95,7 @@ impl Planner<'_> {
         if self.fresh_spec {
             status.create_failures = 0;
             status.create_retry_after = None;
+            status.spare_retry_after = None;
         }
         if let Some(head) = head.filter(|_| self.tc.spec.head.is_some()) {
             status.restarts += head.restarts;

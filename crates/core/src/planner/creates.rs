@@ -35,6 +35,41 @@ pub fn record_rejection(
     generation: Option<i64>,
     now: Timestamp,
 ) -> (TrainClusterStatus, Option<PlannedEvent>) {
+    record(status, what, message, generation, now, false)
+}
+
+/// [`record_rejection`] for a hot spare's placeholder pods: only spares wait, so a missing
+/// PriorityClass never holds back the workers' creates.
+pub fn record_spare_rejection(
+    status: &TrainClusterStatus,
+    what: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> (TrainClusterStatus, Option<PlannedEvent>) {
+    record(status, what, message, generation, now, true)
+}
+
+/// Until when new spares wait after a rejected placeholder create, if they still do.
+pub(super) fn spare_hold(
+    previous: &TrainClusterStatus,
+    fresh_spec: bool,
+    now: Timestamp,
+) -> Option<Timestamp> {
+    if fresh_spec {
+        return None;
+    }
+    parse_time(previous.spare_retry_after.as_deref()).filter(|t| *t > now)
+}
+
+fn record(
+    status: &TrainClusterStatus,
+    what: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: Timestamp,
+    spare: bool,
+) -> (TrainClusterStatus, Option<PlannedEvent>) {
     let mut next = status.clone();
     next.create_failures = status.create_failures.saturating_add(1);
     let wait = policy::backoff(
@@ -42,7 +77,11 @@ pub fn record_rejection(
         REJECTED_CREATE_BACKOFF,
         REJECTED_CREATE_MAX_BACKOFF,
     );
-    next.create_retry_after = now.saturating_add(wait).ok().map(|t| t.to_string());
+    let retry = now.saturating_add(wait).ok().map(|t| t.to_string());
+    match spare {
+        true => next.spare_retry_after = retry,
+        false => next.create_retry_after = retry,
+    }
     let fix = match message.contains(crate::constants::SPARE_PRIORITY_CLASS) {
         true => "install the chart's PriorityClass (see docs/spares.md) or set slices.spares to 0",
         false => "fix the template in the TrainCluster spec",
@@ -95,6 +134,7 @@ pub fn clear_rejection(status: &TrainClusterStatus) -> Option<TrainClusterStatus
     let mut next = status.clone();
     next.create_failures = 0;
     next.create_retry_after = None;
+    next.spare_retry_after = None;
     next.conditions
         .retain(|c| c.type_ != CONDITION_REPLICA_FAILURE);
     Some(next)

@@ -36,6 +36,7 @@ pub(super) fn cluster_status(
         completion_time: None,
         create_failures: previous.create_failures,
         create_retry_after: previous.create_retry_after.clone(),
+        spare_retry_after: previous.spare_retry_after.clone(),
         avoided_slices: Vec::new(),
         conditions: previous.conditions.clone(),
         groups: groups.iter().map(|g| g.status.clone()).collect(),

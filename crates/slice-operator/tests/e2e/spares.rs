@@ -213,6 +213,9 @@ async fn without_the_priority_class_the_job_runs_and_the_spare_is_reported_once(
     assert_eq!(failed.len(), 1, "reported once: {failed:?}");
     // The job runs on.
     let (tc, _) = env.wait_running("big", 1, HOSTS).await;
-    assert_eq!(tc.status.unwrap().groups[0].spares.as_ref().unwrap().held, 0);
+    assert_eq!(
+        tc.status.unwrap().groups[0].spares.as_ref().unwrap().held,
+        0
+    );
     env.stop().await;
 }

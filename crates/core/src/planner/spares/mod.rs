@@ -396,7 +396,9 @@ impl<'a> Planner<'a> {
         mut used: BTreeSet<u32>,
     ) {
         let Some(shape) = &group.shape else { return };
-        if self.create_hold.is_some() {
+        let spare_hold = super::creates::spare_hold(self.previous, self.fresh_spec, self.now);
+        if let Some(until) = spare_hold.or(self.create_hold) {
+            self.wake_at(until);
             return;
         }
         let accelerator = shape.generation.accelerator_label();

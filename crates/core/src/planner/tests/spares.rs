@@ -348,3 +348,37 @@ fn spares_are_created_after_every_worker_group_and_their_events_follow_them() {
         [Some(EventAfter::Create(0)), Some(EventAfter::Create(1))]
     );
 }
+
+#[test]
+fn a_rejected_spare_waits_its_turn_and_never_holds_back_the_workers() {
+    let mut world = with_spares(Membership::Independent, 2, 1, 3);
+    let (rejected, event) = creates::record_spare_rejection(
+        &TrainClusterStatus::default(),
+        "the placeholder pods of group workers spare 0",
+        "pods \"demo-workers-spare0-0\" is forbidden: no PriorityClass with name slice-operator-spare was found",
+        Some(1),
+        world.now,
+    );
+    let event = event.expect("one event");
+    assert!(
+        event.note.contains("install the chart's PriorityClass"),
+        "{}",
+        event.note
+    );
+    world.cluster.status = Some(TrainClusterStatus {
+        observed_generation: Some(1),
+        ..rejected
+    });
+    let plan = world.plan();
+    let spares_planned = plan.create.iter().filter(|c| c.spare).count();
+    let workers_planned = plan.create.iter().filter(|c| !c.spare).count();
+    assert_eq!((workers_planned, spares_planned), (2, 0));
+    assert!(
+        plan.requeue_after.is_some(),
+        "looks again when the wait is over"
+    );
+    world.apply(&plan);
+    world.now += secs(11);
+    let plan = world.plan();
+    assert_eq!(plan.create.iter().filter(|c| c.spare).count(), 1);
+}
