@@ -163,7 +163,7 @@ def test_spare_priority_class(default_docs):
 
 
 def test_spare_priority_class_can_be_left_to_another_install():
-    docs = render({"spares": {"createPriorityClass": False}})
+    docs = render({"spares.createPriorityClass": False})
     assert not [d for d in docs if d["kind"] == "PriorityClass"]
 
 
@@ -194,7 +194,7 @@ def test_standard_labels(default_docs):
 
 def test_namespaced_objects_in_release_namespace(default_docs):
     for d in default_docs:
-        if d["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+        if d["kind"] not in ("ClusterRole", "ClusterRoleBinding", "PriorityClass"):
             assert d["metadata"]["namespace"] == NAMESPACE, d["kind"]
 
 
