@@ -10,7 +10,9 @@
 //! 3. `budget`: charge them to the restart budget; back off after a failure.
 //! 4. `size`: choose how many slices to run ([`policy`] holds the elastic arithmetic).
 //! 5. `retire`: delete, as whole groups, what the new size has no room for.
-//! 6. `place`: create the missing groups on free slices ([`render`] writes their pods).
+//! 6. `place`: create the missing groups on free slices ([`render`] writes their pods);
+//!    `spares`: a group placed on one of its hot spares makes its placeholders go, and the
+//!    spares are kept at what is wanted (their sets are observed in phase 1).
 //! 7. `assemble`: each group's status, then the cluster's status, events and requeue.
 //!
 //! A phase is a pure decision plus, where it acts, a short `Planner` method that records the
