@@ -34,6 +34,8 @@ pub(super) struct Planner<'a> {
     pub(super) create_hold: Option<Timestamp>,
     /// Slices not to place a group on yet (placement timeouts), written back to the status.
     pub(super) avoided: Vec<crate::api::AvoidedSlice>,
+    /// Each group's spares, kept at what is wanted once every group has been placed.
+    pub(super) spare_refills: Vec<super::spares::Refill<'a>>,
 }
 
 impl<'a> Planner<'a> {
@@ -56,6 +58,7 @@ impl<'a> Planner<'a> {
             fresh_spec: false,
             create_hold: None,
             avoided: super::avoid::still_avoided(&previous.avoided_slices, now),
+            spare_refills: Vec::new(),
         }
     }
 
@@ -91,6 +94,7 @@ impl<'a> Planner<'a> {
             let memory = group_memory(self.previous, group.name(), past.reset);
             summaries.push(self.plan_group(group, &pods, memory, sticky));
         }
+        self.refill_all_spares(groups, &mut summaries);
         self.delete_unknown_groups(by_group);
         if completion::all_workers_succeeded(tc, &summaries) {
             let status = self.cluster_status(&summaries, None, None);

@@ -37,7 +37,7 @@ impl<'a> Planner<'a> {
         // Observe and judge: what runs, what must go, what broke and what that costs.
         let observed = self.observe_group(group, &pods, grace, &mut memory);
         let spare_sets = self.observe_spares(group, &spare_pods, grace);
-        let spare_slices = spares::standing_slices(&spare_sets);
+        let spare_slices = spares::own_spare_slices(&spare_sets);
         let (mut kept, tally) = self.judge_group(name, &observed, &memory, multislice);
         self.release_stuck(name, &observed, group.shape.is_some(), grace);
         let exhausted = self.charge_budget(name, &tally, &mut memory);
@@ -101,13 +101,23 @@ impl<'a> Planner<'a> {
         let mut free = place::free_slices(&usable, &own, &spare_slices);
         let first_create = self.plan.create.len();
         let created = self.create_replicas(group, &mut memory, sizing.target, wanted, &mut free);
-        // Spares: the ones just taken make way; the rest are kept at what is wanted.
+        // Spares: the ones just taken make way; the rest are kept at what is wanted once
+        // every group has been placed (`refill_all_spares`).
         let swapped = self.swap_spares(name, &spare_sets, first_create, &mut memory);
         let stopped = failed || finishing || sizing.stop.is_some();
-        let spares_wanted = spares::wanted(group, sizing.target, stopped);
+        self.spare_refills.push(spares::Refill {
+            group: name.to_string(),
+            counted: usable
+                .iter()
+                .take(sizing.target as usize)
+                .map(|s| s.id.clone())
+                .collect(),
+            wanted: spares::wanted(group, sizing.target, stopped),
+            sets: spare_sets,
+            swapped,
+        });
         let still_wanted = (sizing.target as usize).saturating_sub(kept.len() + created.len());
         self.promise(&free, still_wanted);
-        self.refill_spares(group, &spare_sets, &swapped, spares_wanted, &mut memory);
 
         self.wake_for_pending(backoff_until, leaving, &usable, grace);
         let restarting = !failed && (backoff_until.is_some() || leaving > 0) && sizing.target > 0;

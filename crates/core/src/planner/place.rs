@@ -83,8 +83,10 @@ impl<'a> Planner<'a> {
             if !slice.matches(accelerator, &topology, shape.hosts) || self.avoids(&slice.id) {
                 continue;
             }
+            // Our own spare, as long as nothing but our placeholders is there.
             if spares.contains(slice.id.as_str()) {
-                if slice.is_ready() {
+                let only_ours = matches!(&slice.occupancy, Occupancy::Spare(hs) if ours(&hs[0]));
+                if slice.is_ready() && only_ours {
                     standby.push(slice);
                 }
                 continue;

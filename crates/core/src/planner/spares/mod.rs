@@ -211,12 +211,25 @@ fn deadline(pod: &LeanPod, timeout: SignedDuration) -> Option<Timestamp> {
         .and_then(|t| t.0.saturating_add(timeout).ok())
 }
 
-/// The slices of the sets that stand.
-pub(super) fn standing_slices<'a>(sets: &[SpareSet<'a>]) -> HashSet<&'a str> {
+/// The slices the group's own spares hold: standing sets, and sets whose placeholders are
+/// all going (a swap cut short by a failed create or a restart, a release): still ours
+/// until they are gone, so the group may place a replica there.
+pub(super) fn own_spare_slices<'a>(sets: &[SpareSet<'a>]) -> HashSet<&'a str> {
     sets.iter()
-        .filter(|s| s.standing())
+        .filter(|s| matches!(s.state, SpareState::Standing | SpareState::Draining))
         .filter_map(|s| s.slice)
         .collect()
+}
+
+/// One group's spares, waiting to be kept at what is wanted after every group is placed.
+pub(super) struct Refill<'a> {
+    pub group: String,
+    /// Slices the group's size counted on (its first `target` usable slices): a spare among
+    /// them is about to be taken, never released.
+    pub counted: HashSet<String>,
+    pub wanted: Result<u32, String>,
+    pub sets: Vec<SpareSet<'a>>,
+    pub swapped: BTreeSet<u32>,
 }
 
 /// How many spares the group holds now, or why none: only while it runs at `slices.max`
@@ -344,23 +357,60 @@ impl<'a> Planner<'a> {
         swapped
     }
 
-    /// Keep `wanted` spares standing: release the surplus, hold free slices for the rest.
-    /// Records what stands in the group's status.
-    pub(super) fn refill_spares(
+    /// After every group is placed (so no spare takes a slice a sibling group needs), keep
+    /// each group's spares at what is wanted; none while a group of the same shape waits
+    /// for slices.
+    pub(super) fn refill_all_spares(
+        &mut self,
+        groups: &[ResolvedGroup<'_>],
+        summaries: &mut [super::assemble::GroupSummary],
+    ) {
+        let refills = std::mem::take(&mut self.spare_refills);
+        let waiting: Vec<(&str, Option<&crate::tpu::SliceShape>)> = groups
+            .iter()
+            .zip(summaries.iter())
+            .filter(|(_, summary)| summary.waiting)
+            .map(|(g, _)| (g.name(), g.shape.as_ref()))
+            .collect();
+        for refill in refills {
+            let Some(i) = groups.iter().position(|g| g.name() == refill.group) else {
+                continue;
+            };
+            let group = &groups[i];
+            let starved_by = waiting
+                .iter()
+                .find(|(name, shape)| *name != group.name() && *shape == group.shape.as_ref());
+            let wanted = match starved_by {
+                Some((name, _)) if refill.wanted.is_ok() => Err(format!(
+                    "group {name} of the same slice shape is waiting for slices"
+                )),
+                _ => refill.wanted.clone(),
+            };
+            self.refill_spares(group, &refill, wanted, &mut summaries[i].status);
+        }
+    }
+
+    /// Keep `wanted` spares standing: release the surplus (never one the group's size
+    /// counted on), hold free slices for the rest. Records what stands in the status.
+    fn refill_spares(
         &mut self,
         group: &ResolvedGroup<'_>,
-        sets: &[SpareSet<'_>],
-        swapped: &BTreeSet<u32>,
+        refill: &Refill<'_>,
         wanted: Result<u32, String>,
         memory: &mut GroupStatus,
     ) {
         let name = group.name();
+        let sets = &refill.sets;
+        let counted = |s: &SpareSet<'_>| s.slice.is_some_and(|id| refill.counted.contains(id));
         let mut standing: Vec<&SpareSet<'_>> = sets
             .iter()
-            .filter(|s| s.standing() && !swapped.contains(&s.index))
+            .filter(|s| s.standing() && !refill.swapped.contains(&s.index))
             .collect();
+        // The ones about to be taken stay; the others go first when there are too many.
+        standing.sort_by_key(|s| (!counted(s), s.index));
         let count = *wanted.as_ref().unwrap_or(&0);
-        while standing.len() > count as usize {
+        let keep = (count as usize).max(standing.iter().filter(|s| counted(s)).count());
+        while standing.len() > keep {
             let surplus = standing.pop().expect("more than wanted");
             let why = match &wanted {
                 Ok(n) => format!("slices.spares is {n}"),
@@ -368,7 +418,7 @@ impl<'a> Planner<'a> {
             };
             self.delete_spare(name, surplus, DeleteReason::SpareReleased { why });
         }
-        let missing = count as usize - standing.len();
+        let missing = (count as usize).saturating_sub(standing.len());
         if missing > 0 {
             let used: BTreeSet<u32> = sets.iter().map(|s| s.index).collect();
             self.hold_free_slices(group, missing, used);

@@ -382,3 +382,86 @@ fn a_rejected_spare_waits_its_turn_and_never_holds_back_the_workers() {
     let plan = world.plan();
     assert_eq!(plan.create.iter().filter(|c| c.spare).count(), 1);
 }
+
+#[test]
+fn a_spare_the_size_counts_on_is_never_released_when_two_slices_go_at_once() {
+    let mut world = with_spares(Membership::Multislice, 4, 1, 5);
+    world.settle(8);
+    let epoch_before = world.status().groups[0].epoch;
+    taint_pool(&mut world, "pool-1");
+    taint_pool(&mut world, "pool-2");
+    let plan = world.step();
+    assert_eq!(plan.status.desired_slices, 3, "two lost, the spare counted");
+    let released = plan
+        .delete
+        .iter()
+        .filter(|d| d.reason.code() == "SpareReleased")
+        .count();
+    assert_eq!(released, 0, "{:?}", plan.delete);
+    world.now += secs(1);
+    world.settle(8);
+    let (workers, spares) = slices_by_role(&world);
+    assert_eq!(workers, pools(&["pool-0", "pool-3", "pool-4"]));
+    assert!(spares.is_empty());
+    assert_eq!(world.status().desired_slices, 3);
+    assert_eq!(world.status().groups[0].epoch, epoch_before + 1);
+}
+
+#[test]
+fn a_swap_cut_short_after_the_placeholders_were_deleted_still_lands_on_the_spare() {
+    let mut world = with_spares(Membership::Multislice, 4, 1, 5);
+    world.settle(8);
+    let epoch_before = world.status().groups[0].epoch;
+    taint_pool(&mut world, "pool-1");
+    world.step();
+    world.now += secs(1);
+    // The swap plan: its status is written and the placeholders deleted, then every create
+    // fails (or the operator restarts): the placeholders are Terminating, no new pod exists.
+    let swap = world.plan();
+    assert!(
+        swap.delete
+            .iter()
+            .any(|d| d.reason.code() == "SpareSwapped")
+    );
+    world.cluster.status = Some(swap.status.clone());
+    for pod in world.pods.iter_mut() {
+        if World::label_of(pod, LABEL_ROLE).as_deref() == Some(ROLE_SPARE) {
+            Arc::make_mut(pod).metadata.deletion_timestamp = Some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(world.now),
+            );
+        }
+    }
+    let plan = world.plan();
+    assert_eq!(
+        plan.status.desired_slices, 4,
+        "the draining spare still counts"
+    );
+    let onto: BTreeSet<String> = plan.create.iter().filter_map(|c| c.slice.clone()).collect();
+    assert_eq!(onto, pools(&["pool-0", "pool-2", "pool-3", "pool-4"]));
+    assert_eq!(plan.status.groups[0].epoch, epoch_before + 1);
+    assert_eq!(
+        plan.status.groups[0].spares.as_ref().unwrap().swaps,
+        1,
+        "the swap is counted once"
+    );
+}
+
+#[test]
+fn a_spare_never_starves_a_sibling_group_of_the_same_shape() {
+    let mut tc = train_cluster(Membership::Independent, 1, 2);
+    tc.spec.worker_groups[0].slices.spares = 1;
+    tc.spec
+        .worker_groups
+        .push(tpu_group("second", "tpu-v6e-slice", "4x4", 4, 1, 1));
+    let mut world = World::new(tc, v6e_pools(3));
+    world.settle(8);
+    let status = world.status();
+    let second = status.groups.iter().find(|g| g.name == "second").unwrap();
+    assert_eq!(second.desired_slices, 1, "{status:?}");
+    assert_eq!(status.phase, Phase::Running);
+    assert_eq!(
+        slices_by_role(&world).1.len(),
+        0,
+        "no slice is left for a spare"
+    );
+}
