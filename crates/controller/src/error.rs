@@ -77,7 +77,10 @@ impl Error {
                 ..
             } => Some((
                 match spare {
-                    true => format!("the placeholder pods of group {group} spare {replica}"),
+                    true => format!(
+                        "the {} of group {group} spare {replica}",
+                        slice_core::planner::creates::SPARE_REJECTION
+                    ),
                     false => format!("the pods of group {group} replica {replica}"),
                 },
                 message,

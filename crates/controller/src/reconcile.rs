@@ -393,7 +393,15 @@ async fn apply_plan(
         }
         Err(e) => Err(e),
         Ok(()) if progress.creates > 0 || progress.head => {
-            if let Some(status) = planner::creates::clear_rejection(&plan.status) {
+            use planner::creates::{Created, clear};
+            let spares = plan.create.iter().any(|c| c.spare);
+            let workers = progress.head || plan.create.iter().any(|c| !c.spare);
+            let created = match (workers, spares) {
+                (true, true) => Created::Both,
+                (false, true) => Created::Spares,
+                _ => Created::Workers,
+            };
+            if let Some(status) = clear(&plan.status, created) {
                 write_memory(ctx, &api, &name, &uid, &status).await?;
             }
             Ok(())
@@ -452,7 +460,13 @@ async fn apply_pods(
         });
         progress.deletes += 1;
     }
-    for create in &plan.create {
+    // Workers, then the head, then hot spares (planned last): a refused placeholder never
+    // keeps a worker or the head from being created.
+    let workers = plan.create.iter().take_while(|c| !c.spare).count();
+    for (i, create) in plan.create.iter().enumerate() {
+        if i == workers {
+            create_head(&pod_api, plan.create_head.as_ref(), progress).await?;
+        }
         apply::create_group(&pod_api, create, ctx.config.api_concurrency).await?;
         progress.creates += 1;
         if create.spare {
@@ -462,22 +476,32 @@ async fn apply_pods(
             ctx.metrics.groups_created.inc();
         }
     }
-    if let Some(pod) = &plan.create_head {
-        let params = kube::api::PostParams {
-            field_manager: Some(slice_core::constants::FIELD_MANAGER.into()),
-            ..Default::default()
-        };
-        match apply::bounded(pod_api.create(&params, pod)).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => {
-                return Err(match apply::rejection(&e) {
-                    Some(message) => Error::HeadRejected(message),
-                    None => e.into(),
-                });
-            }
-        }
-        progress.head = true;
+    if workers == plan.create.len() {
+        create_head(&pod_api, plan.create_head.as_ref(), progress).await?;
     }
+    Ok(())
+}
+
+async fn create_head(
+    pod_api: &Api<Pod>,
+    head: Option<&Pod>,
+    progress: &mut Progress,
+) -> Result<()> {
+    let Some(pod) = head else { return Ok(()) };
+    let params = kube::api::PostParams {
+        field_manager: Some(slice_core::constants::FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match apply::bounded(pod_api.create(&params, pod)).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => {
+            return Err(match apply::rejection(&e) {
+                Some(message) => Error::HeadRejected(message),
+                None => e.into(),
+            });
+        }
+    }
+    progress.head = true;
     Ok(())
 }

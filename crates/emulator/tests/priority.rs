@@ -58,6 +58,29 @@ async fn a_pod_naming_a_missing_priority_class_is_forbidden_and_gets_the_value_o
         .await
         .unwrap_err();
     assert_eq!(api_code(&e).0, 403);
+    let policy = json!({"priorityClassName": "spare", "preemptionPolicy": "PreemptLowerPriority"});
+    let e = pods
+        .create(&PostParams::default(), &pod_with("p3", policy))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("PreemptionPolicy"), "{e}");
+
+    // A globalDefault class is named on pods that name none.
+    let default: PriorityClass = serde_json::from_value(json!({
+        "metadata": {"name": "batch"}, "value": 100, "globalDefault": true,
+    }))
+    .unwrap();
+    classes
+        .create(&PostParams::default(), &default)
+        .await
+        .unwrap();
+    let plain = pods
+        .create(&PostParams::default(), &pod_with("p4", json!({})))
+        .await
+        .unwrap();
+    let spec = plain.spec.unwrap();
+    assert_eq!(spec.priority_class_name.as_deref(), Some("batch"));
+    assert_eq!(spec.priority, Some(100));
 }
 
 #[tokio::test]

@@ -128,17 +128,42 @@ fn stem(message: &str) -> &str {
 
 /// The status after a create went through: no rejection, no wait. None if nothing changes.
 pub fn clear_rejection(status: &TrainClusterStatus) -> Option<TrainClusterStatus> {
-    if rejection(status).is_none() && status.create_failures == 0 {
-        return None;
-    }
-    let mut next = status.clone();
-    next.create_failures = 0;
-    next.create_retry_after = None;
-    next.spare_retry_after = None;
-    next.conditions
-        .retain(|c| c.type_ != CONDITION_REPLICA_FAILURE);
-    Some(next)
+    clear(status, Created::Workers)
 }
+
+/// What went through since the last rejection: a spare's success says nothing about the
+/// workers' rejection, nor theirs about a spare's (each keeps its own wait).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Created {
+    /// Worker groups or the head pod.
+    Workers,
+    /// A hot spare's placeholders.
+    Spares,
+    Both,
+}
+
+/// [`clear_rejection`] for what was created.
+pub fn clear(status: &TrainClusterStatus, created: Created) -> Option<TrainClusterStatus> {
+    let about_spares = rejection_message(status).is_some_and(|m| m.contains(SPARE_REJECTION));
+    let workers = matches!(created, Created::Workers | Created::Both);
+    let spares = matches!(created, Created::Spares | Created::Both);
+    let mut next = status.clone();
+    if workers {
+        next.create_retry_after = None;
+    }
+    if spares {
+        next.spare_retry_after = None;
+    }
+    if (about_spares && spares) || (!about_spares && workers) {
+        next.create_failures = 0;
+        next.conditions
+            .retain(|c| c.type_ != CONDITION_REPLICA_FAILURE);
+    }
+    (next != *status).then_some(next)
+}
+
+/// How the executor names a spare's placeholders in a rejection (see `Error::rejection`).
+pub const SPARE_REJECTION: &str = "placeholder pods";
 
 #[cfg(test)]
 mod tests {
@@ -214,5 +239,46 @@ mod tests {
         assert_eq!(cleared.create_retry_after, None);
         assert!(rejection(&cleared).is_none());
         assert_eq!(clear_rejection(&cleared), None, "nothing left to clear");
+    }
+}
+
+#[cfg(test)]
+mod spare_tests {
+    use super::*;
+    use crate::testing::at;
+
+    const NO_CLASS: &str =
+        "pods \"x\" is forbidden: no PriorityClass with name slice-operator-spare was found";
+
+    #[test]
+    fn workers_created_do_not_end_a_spares_wait_nor_its_condition() {
+        let what = format!("the {SPARE_REJECTION} of group w spare 0");
+        let (rejected, _) =
+            record_spare_rejection(&TrainClusterStatus::default(), &what, NO_CLASS, None, at(0));
+        assert_eq!(rejected.spare_retry_after, Some(at(10).to_string()));
+        assert_eq!(rejected.create_retry_after, None, "workers do not wait");
+        assert_eq!(
+            clear(&rejected, Created::Workers),
+            None,
+            "nothing of the spares' ends"
+        );
+        let cleared = clear(&rejected, Created::Spares).expect("the spare went through");
+        assert_eq!(cleared.spare_retry_after, None);
+        assert!(rejection_message(&cleared).is_none());
+        assert_eq!(cleared.create_failures, 0);
+    }
+
+    #[test]
+    fn a_spare_created_does_not_end_the_workers_rejection() {
+        let (rejected, _) = record_rejection(
+            &TrainClusterStatus::default(),
+            "the pods of group w replica 0",
+            "bad image",
+            None,
+            at(0),
+        );
+        let after = clear(&rejected, Created::Spares);
+        assert!(after.is_none() || rejection_message(&after.unwrap()).is_some());
+        assert!(clear(&rejected, Created::Both).is_some());
     }
 }

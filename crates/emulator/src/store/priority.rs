@@ -25,6 +25,7 @@ impl Store {
             .get("priorityClassName")
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty());
+        let mut default_class = None;
         let (priority, policy) = match class_name {
             Some(class) => self.priority_class(class).ok_or_else(|| {
                 forbidden(
@@ -32,8 +33,27 @@ impl Store {
                     &format!("no PriorityClass with name {class} was found"),
                 )
             })?,
-            None => self.global_default().unwrap_or((0, None)),
+            None => match self.global_default() {
+                Some((class, value, policy)) => {
+                    default_class = Some(class);
+                    (value, policy)
+                }
+                None => (0, None),
+            },
         };
+        if let (Some(given), Some(computed)) = (
+            spec.get("preemptionPolicy").and_then(Value::as_str),
+            policy.as_deref(),
+        ) && given != computed
+        {
+            return Err(forbidden(
+                name,
+                &format!(
+                    "the string value of PreemptionPolicy ({given}) must not be provided in pod spec; \
+                     priority admission controller computed {computed} from the given PriorityClass name"
+                ),
+            ));
+        }
         if let Some(given) = spec.get("priority").and_then(Value::as_i64)
             && given != priority
         {
@@ -47,6 +67,9 @@ impl Store {
         }
         let spec = pod["spec"].as_object_mut().expect("pod spec is an object");
         spec.insert("priority".into(), json!(priority));
+        if let Some(class) = default_class {
+            spec.insert("priorityClassName".into(), json!(class));
+        }
         if let Some(policy) = policy {
             spec.insert("preemptionPolicy".into(), json!(policy));
         }
@@ -65,12 +88,16 @@ impl Store {
         Some(class_values(class))
     }
 
-    fn global_default(&self) -> Option<(i64, Option<String>)> {
-        self.data
+    /// (name, value, preemptionPolicy) of the `globalDefault` class.
+    fn global_default(&self) -> Option<(String, i64, Option<String>)> {
+        let class = self
+            .data
             .get(CLASSES)?
             .values()
-            .find(|c| c.get("globalDefault").and_then(Value::as_bool) == Some(true))
-            .map(|c| class_values(c))
+            .find(|c| c.get("globalDefault").and_then(Value::as_bool) == Some(true))?;
+        let name = class.pointer("/metadata/name")?.as_str()?.to_string();
+        let (value, policy) = class_values(class);
+        Some((name, value, policy))
     }
 }
 

@@ -51,7 +51,14 @@ fn spare_pod(
 /// pulls (secrets, service account). No env, no ports, no volumes: it is no worker.
 fn placeholder_spec(group: &ResolvedGroup<'_>, slice: &PinnedSlice) -> PodSpec {
     let template = group.spec.template.spec.clone().unwrap_or_default();
-    let worker = template.containers.first().cloned().unwrap_or_default();
+    // The container using the chips (not a sidecar): its image is the one to pull.
+    let worker = template
+        .containers
+        .iter()
+        .find(|c| requests_tpu(c))
+        .or(template.containers.first())
+        .cloned()
+        .unwrap_or_default();
     let chips = group.shape.as_ref().map_or(0, |s| s.chips_per_host);
     let tpu = BTreeMap::from([(TPU_RESOURCE.to_string(), Quantity(chips.to_string()))]);
     let mut node_selector = template.node_selector.clone().unwrap_or_default();
@@ -71,6 +78,8 @@ fn placeholder_spec(group: &ResolvedGroup<'_>, slice: &PinnedSlice) -> PodSpec {
             name: "placeholder".into(),
             image: worker.image,
             image_pull_policy: worker.image_pull_policy,
+            // Admitted wherever the workers are (Pod Security "restricted" included).
+            security_context: worker.security_context,
             command: Some(SPARE_COMMAND.iter().map(|s| s.to_string()).collect()),
             resources: Some(ResourceRequirements {
                 requests: Some(tpu.clone()),
@@ -84,11 +93,85 @@ fn placeholder_spec(group: &ResolvedGroup<'_>, slice: &PinnedSlice) -> PodSpec {
         image_pull_secrets: template.image_pull_secrets,
         service_account_name: template.service_account_name,
         scheduler_name: template.scheduler_name,
+        security_context: template.security_context,
+        runtime_class_name: template.runtime_class_name,
         priority_class_name: Some(SPARE_PRIORITY_CLASS.into()),
         termination_grace_period_seconds: Some(SPARE_GRACE_SECONDS),
         automount_service_account_token: Some(false),
         enable_service_links: Some(false),
         restart_policy: Some("Always".into()),
         ..Default::default()
+    }
+}
+
+fn requests_tpu(container: &Container) -> bool {
+    container.resources.as_ref().is_some_and(|r| {
+        [&r.limits, &r.requests]
+            .iter()
+            .any(|m| m.as_ref().is_some_and(|m| m.contains_key(TPU_RESOURCE)))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{PodSecurityContext, SecurityContext};
+
+    use super::*;
+    use crate::api::Membership;
+    use crate::testing::{train_cluster, worker_template};
+
+    #[test]
+    fn placeholders_pull_the_tpu_containers_image_and_keep_the_security_settings() {
+        let mut tc = train_cluster(Membership::Multislice, 1, 1);
+        let mut template = worker_template(4);
+        let spec = template.spec.as_mut().unwrap();
+        let sidecar = Container {
+            name: "logs".into(),
+            image: Some("fluent-bit:3".into()),
+            ..Default::default()
+        };
+        spec.containers.insert(0, sidecar);
+        spec.containers[1].security_context = Some(SecurityContext {
+            run_as_non_root: Some(true),
+            allow_privilege_escalation: Some(false),
+            ..Default::default()
+        });
+        spec.security_context = Some(PodSecurityContext {
+            run_as_user: Some(1000),
+            ..Default::default()
+        });
+        spec.runtime_class_name = Some("gvisor".into());
+        tc.spec.worker_groups[0].template = template;
+        let groups = crate::api::validate::resolve(&tc).unwrap();
+        let slice = PinnedSlice {
+            id: "pool-9".into(),
+            single_host: false,
+        };
+        let pods = spare_pods(&tc, &groups[0], 2, &slice);
+        assert_eq!(pods.len(), 4);
+        let spec = pods[3].spec.as_ref().unwrap();
+        let container = &spec.containers[0];
+        assert_eq!(container.image.as_deref(), Some("python:3.11"));
+        assert_eq!(
+            container.security_context.as_ref().unwrap().run_as_non_root,
+            Some(true)
+        );
+        assert_eq!(
+            spec.security_context.as_ref().unwrap().run_as_user,
+            Some(1000)
+        );
+        assert_eq!(spec.runtime_class_name.as_deref(), Some("gvisor"));
+        assert_eq!(
+            pods[3].metadata.name.as_deref(),
+            Some("demo-workers-spare2-3")
+        );
+        let labels = pods[3].metadata.labels.as_ref().unwrap();
+        assert_eq!(labels[LABEL_SPARE_INDEX], "2");
+        assert_eq!(labels[LABEL_HOST_INDEX], "3");
+        assert_eq!(labels[LABEL_SLICE], "pool-9");
+        assert!(
+            !labels.contains_key(LABEL_GROUP_KEY),
+            "no exclusive-placement key"
+        );
     }
 }
