@@ -83,10 +83,11 @@ impl<'a> Planner<'a> {
             if !slice.matches(accelerator, &topology, shape.hosts) || self.avoids(&slice.id) {
                 continue;
             }
-            // Our own spare, as long as nothing but our placeholders is there.
-            if spares.contains(slice.id.as_str()) {
-                let only_ours = matches!(&slice.occupancy, Occupancy::Spare(hs) if ours(&hs[0]));
-                if slice.is_ready() && only_ours {
+            // Our own spare, as long as nothing but our placeholders is there (once our
+            // replica runs there, the slice is held like any other: see below).
+            let only_our_spare = matches!(&slice.occupancy, Occupancy::Spare(hs) if ours(&hs[0]));
+            if spares.contains(slice.id.as_str()) && only_our_spare {
+                if slice.is_ready() {
                     standby.push(slice);
                 }
                 continue;

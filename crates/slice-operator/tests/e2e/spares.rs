@@ -100,7 +100,12 @@ async fn with_a_spare_one_restart(loss: Loss, scenario: &str) {
         )
         .await;
     let status = tc.status.unwrap();
-    assert_eq!(status.groups[0].epoch, before + 1, "exactly one restart");
+    assert_eq!(
+        status.groups[0].epoch,
+        before + 1,
+        "exactly one restart: {:#?}",
+        env.events_for("big").await
+    );
     assert_eq!(status.desired_slices, 4, "never shrank");
     assert!(
         pods.iter().all(|p| label(p, LABEL_SLICE) != lost),
@@ -204,6 +209,12 @@ async fn without_the_priority_class_the_job_runs_and_the_spare_is_reported_once(
         "{}",
         condition.message
     );
+    // Past the first retry (10 s later), refused again: still one event.
+    env.wait_for("a second try", Duration::from_secs(60), || async {
+        let status = env.tcs().get("big").await.ok()?.status?;
+        (status.create_failures >= 2).then_some(())
+    })
+    .await;
     let failed: Vec<_> = env
         .events_for("big")
         .await

@@ -465,3 +465,35 @@ fn a_spare_never_starves_a_sibling_group_of_the_same_shape() {
         "no slice is left for a spare"
     );
 }
+
+#[test]
+fn after_the_swap_the_replica_on_the_former_spare_is_held_while_its_placeholders_stop() {
+    let mut world = with_spares(Membership::Multislice, 4, 1, 5);
+    world.settle(8);
+    taint_pool(&mut world, "pool-1");
+    world.step();
+    world.now += secs(1);
+    let swap = world.plan();
+    let placeholders: Vec<Arc<Pod>> = world
+        .pods
+        .iter()
+        .filter(|p| role(p) == ROLE_SPARE)
+        .cloned()
+        .collect();
+    assert_eq!(placeholders.len(), 4);
+    world.apply(&swap);
+    // A real kubelet takes a moment to stop them: still there, Terminating.
+    for pod in placeholders {
+        let mut pod = (*pod).clone();
+        pod.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(world.now),
+        );
+        world.pods.push(Arc::new(pod));
+    }
+    let epoch = world.status().groups[0].epoch;
+    world.now += secs(1);
+    let plan = world.plan();
+    assert!(plan.delete.is_empty(), "{:?}", plan.delete);
+    assert_eq!(plan.status.desired_slices, 4);
+    assert_eq!(plan.status.groups[0].epoch, epoch, "no second restart");
+}
