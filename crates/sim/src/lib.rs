@@ -10,13 +10,16 @@
 //! * [`sched`]: pure fit and placement logic of the fake scheduler: `fit`, `resources`
 //!   (`google.com/tpu` accounting), `placement`.
 //! * [`kubelet`]: [`FakeKubelet`], the scheduler + kubelet loop: `plan` (pure decisions),
-//!   `pod_status` (status patches), `execute` (API requests), `run_loop` (watches + loop).
+//!   `pod_status` (status patches), `execute` (API requests), `run_loop` (watches + loop),
+//!   `start_cost` (optional start costs: image pulls cold or warm per node, container start,
+//!   TPU initialisation before Ready).
 //!   With [`SchedulerMode::External`] (or `Auto` and a running kube-scheduler) it binds
 //!   nothing and only plays kubelet.
 //! * [`faults`]: crash a container, fail a pod, delete or evict a pod.
 //! * [`scenario`]: the YAML scenario format and [`run_timeline`]: `format`, `duration`,
 //!   `pod_ref`, `train_clusters`, `actions`, `conditions`, `timeline`, `report`.
-//! * [`simulate`]: the `simulate` command (emulator + operator + scenario, with a summary).
+//! * [`simulate`]: the `simulate` command (emulator + operator + scenario, with a summary,
+//!   goodput per cluster, and optionally a second run without hot spares side by side).
 //!
 //! Every public item keeps the path of its parent module (e.g. `nodes::build_node`,
 //! `kubelet::running_status_patch`); the submodules above are private.
@@ -29,7 +32,8 @@
 //! (the `NoExecute` one removed a few seconds after the node is Ready again).
 //!
 //! Not simulated: pod (anti-)affinity and topology spread (a group-key preference stands in),
-//! cpu/memory/pods capacity, images, probes, container processes and logs, init containers'
+//! cpu/memory/pods capacity, images (beyond the optional pull costs: nothing is pulled, no
+//! pull fails, `imagePullPolicy` is ignored), probes, container processes and logs, init containers'
 //! execution, volumes, networking (pod IPs are fake), the grace period itself (containers
 //! stop after `KubeletOptions::termination_delay`, whatever the grace period), eviction by
 //! `NoExecute` taints (`tolerationSeconds`), node heartbeats and leases (a fake node never

@@ -14,11 +14,14 @@
 //! * `pod_status`: the status patches a kubelet would write (Running, Ready/unready).
 //! * `execute`: carrying out an action against the API server (binding, status, delete).
 //! * `run_loop`: [`FakeKubelet`], the watch-plan-execute loop as a tokio task.
+//! * `start_cost`: [`StartCosts`] and [`StartCostModel`]: image pulls (cold or warm per
+//!   node), container start and TPU initialisation, the node's pulled images remembered.
 
 mod execute;
 mod plan;
 mod pod_status;
 mod run_loop;
+mod start_cost;
 
 use std::time::Duration;
 
@@ -28,9 +31,10 @@ pub use execute::{bind_pod, binding_for, force_delete_pod};
 pub use plan::{DeleteReason, KubeletAction, KubeletCore};
 pub use pod_status::{
     OUT_OF_TPU_REASON, pod_ip, ready_status_patch, rejected_status_patch, running_status_patch,
-    stopped_status_patch,
+    started_status_patch, stopped_status_patch,
 };
 pub use run_loop::{FakeKubelet, resolve_scheduler_mode};
+pub use start_cost::{StartCostModel, StartCosts, StartTimes, is_tpu_worker, node_key, pod_images};
 
 /// Who binds pending pods to the simulator's nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -86,8 +90,11 @@ pub struct KubeletOptions {
     pub scheduler_name: Option<String>,
     /// Who binds pending pods (default [`SchedulerMode::Own`]).
     pub scheduler: SchedulerMode,
-    /// Delay from binding to Running.
+    /// Delay from binding to Running (to the start of the image pulls with `start_costs`).
     pub start_delay: Duration,
+    /// What a start costs beyond `start_delay`: image pulls (cold or warm per node),
+    /// container start, TPU initialisation before Ready. `None`: Running and Ready at once.
+    pub start_costs: Option<StartCosts>,
     /// Time the containers take to stop once a pod on a Ready node is marked for deletion,
     /// before the kubelet confirms the deletion.
     pub termination_delay: Duration,
@@ -110,6 +117,7 @@ impl Default for KubeletOptions {
             scheduler_name: None,
             scheduler: SchedulerMode::Own,
             start_delay: Duration::ZERO,
+            start_costs: None,
             termination_delay: Duration::from_millis(100),
             orphan_grace: Duration::from_millis(500),
             retry_after: Duration::from_secs(2),

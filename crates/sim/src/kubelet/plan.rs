@@ -11,8 +11,9 @@ use tokio::time::Instant;
 
 use super::pod_status::{
     OUT_OF_TPU_REASON, pod_phase, pod_ready, ready_status_patch, rejected_status_patch,
-    running_status_patch, stopped_status_patch,
+    started_status_patch, stopped_status_patch,
 };
+use super::start_cost::{StartCostModel, node_key};
 use super::{KubeletOptions, SchedulerMode};
 use crate::sched::{
     self, node_is_ready, node_tpu_allocatable, pod_is_terminal, pod_node, pod_tpu_request,
@@ -38,7 +39,7 @@ pub enum KubeletAction {
         uid: String,
         node: String,
     },
-    /// Status patch to Running + Ready.
+    /// Status patch to Running (and Ready, unless the pod still initialises its TPU).
     Start {
         namespace: String,
         name: String,
@@ -156,6 +157,8 @@ pub struct KubeletCore {
     known_nodes: HashSet<String>,
     /// Node name -> first pass that found it gone while pods were bound to it.
     missing_since: HashMap<String, Instant>,
+    /// Start costs: images each node pulled, when each starting pod runs and is Ready.
+    costs: StartCostModel,
 }
 
 fn meta_of(pod: &Pod) -> (String, String, String) {
@@ -187,6 +190,7 @@ impl KubeletCore {
             assumed: HashMap::new(),
             known_nodes: HashSet::new(),
             missing_since: HashMap::new(),
+            costs: StartCostModel::new(options.start_costs),
         }
     }
 
@@ -298,6 +302,8 @@ impl KubeletCore {
         self.admitted.retain(|uid| live.contains(uid.as_str()));
         self.assumed
             .retain(|uid, (_, t)| live.contains(uid.as_str()) && now.duration_since(*t) < retry);
+        let node_keys = node_map.values().map(|n| node_key(n)).collect();
+        self.costs.retain(&live, &node_keys);
     }
 
     /// Kubelet admission on each Ready node in the node store: pods already admitted,
@@ -391,7 +397,9 @@ impl KubeletCore {
             }
             return self.plan_start(pod, node, node_ready, now);
         }
-        (pod_ready(pod) != node_ready).then(|| KubeletAction::set_ready(pod, node_ready))
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let ready = node_ready && self.costs.initialised(uid, now);
+        (pod_ready(pod) != ready).then(|| KubeletAction::set_ready(pod, ready))
     }
 
     /// A pod marked for deletion, on a node that exists. On a Ready node its kubelet stops
@@ -428,7 +436,8 @@ impl KubeletCore {
     }
 
     /// A bound pod not yet Running starts `start_delay` after it was first seen on a Ready
-    /// node; it waits while the node is NotReady.
+    /// node, plus its start costs (image pulls, container start), if any; it is Ready then
+    /// too, unless it still initialises its TPU. It waits while the node is NotReady.
     fn plan_start(
         &mut self,
         pod: &Pod,
@@ -441,12 +450,18 @@ impl KubeletCore {
         }
         let (namespace, name, uid) = meta_of(pod);
         let seen = *self.bound_seen.entry(uid.clone()).or_insert(now);
-        (now.duration_since(seen) >= self.start_delay).then(|| KubeletAction::Start {
+        let times = self.costs.start(pod, node, seen + self.start_delay);
+        (now >= times.running_at).then(|| KubeletAction::Start {
+            patch: started_status_patch(pod, Some(node), now >= times.ready_at),
             namespace,
             name,
             uid,
-            patch: running_status_patch(pod, Some(node)),
         })
+    }
+
+    /// When a planned start next reaches Running or Ready, if after `now`.
+    pub fn next_start_event(&self, now: Instant) -> Option<Instant> {
+        self.costs.next_event(now)
     }
 
     /// Not gated (`schedulingGates`) and meant for this scheduler, when one is named.

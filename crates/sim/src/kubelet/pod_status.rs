@@ -1,5 +1,5 @@
-//! The pod status a kubelet reports: Running with every container started and ready, and
-//! Ready/unready following the node.
+//! The pod status a kubelet reports: Running with every container started (and ready, or
+//! not yet while the TPU initialises), and Ready/unready following the node.
 
 use std::collections::HashMap;
 
@@ -41,6 +41,12 @@ pub fn pod_ip(uid: &str) -> String {
 
 /// Status patch making a pod Running with every container started and ready.
 pub fn running_status_patch(pod: &Pod, node: Option<&Node>) -> serde_json::Value {
+    started_status_patch(pod, node, true)
+}
+
+/// Status patch making a pod Running with every container started; the containers and the
+/// pod are Ready when `ready` (false: still initialising, e.g. the TPU runtime).
+pub fn started_status_patch(pod: &Pod, node: Option<&Node>, ready: bool) -> serde_json::Value {
     let now = now_rfc3339();
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let host_ip = node
@@ -57,16 +63,17 @@ pub fn running_status_patch(pod: &Pod, node: Option<&Node>) -> serde_json::Value
         "conditions": [
             condition("PodReadyToStartContainers", true, &now),
             condition("Initialized", true, &now),
-            condition("Ready", true, &now),
-            condition("ContainersReady", true, &now),
+            condition("Ready", ready, &now),
+            condition("ContainersReady", ready, &now),
             condition("PodScheduled", true, &now),
         ],
-        "containerStatuses": running_containers(pod, &uid, &now),
+        "containerStatuses": running_containers(pod, &uid, &now, ready),
     }})
 }
 
-/// One running, ready status per container, keeping each container's restart count.
-fn running_containers(pod: &Pod, uid: &str, now: &str) -> Vec<serde_json::Value> {
+/// One running status per container (ready when `ready`), keeping each container's restart
+/// count.
+fn running_containers(pod: &Pod, uid: &str, now: &str, ready: bool) -> Vec<serde_json::Value> {
     let prev: HashMap<String, i32> = pod
         .status
         .as_ref()
@@ -88,7 +95,7 @@ fn running_containers(pod: &Pod, uid: &str, now: &str) -> Vec<serde_json::Value>
                 "image": c.image.clone().unwrap_or_default(),
                 "imageID": "",
                 "containerID": format!("sim://{uid}/{}", c.name),
-                "ready": true,
+                "ready": ready,
                 "started": true,
                 "restartCount": prev.get(&c.name).copied().unwrap_or(0),
                 "state": {"running": {"startedAt": now}},

@@ -212,9 +212,14 @@ async fn run_loop(client: Client, options: KubeletOptions, mut stop: watch::Rece
         tracing::info!(binds = core.binds, "fake kubelet running");
         loop {
             run_pass(&client, &options, &mut core, &watches).await;
+            // Next resync, or sooner when a start reaches Running or Ready (start costs).
+            let now = Instant::now();
+            let wake = core.next_start_event(now).map_or(options.resync, |t| {
+                t.duration_since(now).min(options.resync)
+            });
             tokio::select! {
                 _ = notify.notified() => {}
-                _ = tokio::time::sleep(options.resync) => {}
+                _ = tokio::time::sleep(wake) => {}
                 _ = stop.wait_for(|s| *s) => break,
             }
         }

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::duration::SimDuration;
 use super::pod_ref::PodRef;
+use super::settings::{CompareSettings, GoodputSettings, StartCostSettings};
 use crate::SimError;
 use crate::kubelet::KubeletOptions;
 use crate::nodes::{NodePoolSpec, PreemptionTiming};
@@ -24,6 +25,12 @@ pub struct Scenario {
     pub kubelet: KubeletSettings,
     #[serde(default)]
     pub preemption: PreemptionSettings,
+    /// How `simulate` accounts goodput (warmup after each restart).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub goodput: GoodputSettings,
+    /// `simulate` runs the scenario a second time, changed, and compares both runs.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub compare: CompareSettings,
     pub node_pools: Vec<NodePoolSpec>,
     /// TrainCluster manifests, as raw objects.
     #[serde(default)]
@@ -36,12 +43,20 @@ fn default_namespace() -> String {
     "default".into()
 }
 
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
+}
+
 /// Fake kubelet settings of a scenario.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KubeletSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_delay: Option<SimDuration>,
+    /// Image pulls, container start and TPU initialisation after `startDelay`; without
+    /// them a pod is Running and Ready `startDelay` after it is bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_costs: Option<StartCostSettings>,
 }
 
 /// Default preemption delays of a scenario.
@@ -265,7 +280,7 @@ impl Scenario {
         }
     }
 
-    /// Kubelet options of the scenario (start delay), on top of `base`.
+    /// Kubelet options of the scenario (start delay, start costs), on top of `base`.
     pub fn kubelet_options(&self, base: KubeletOptions) -> KubeletOptions {
         KubeletOptions {
             start_delay: self
@@ -273,6 +288,12 @@ impl Scenario {
                 .start_delay
                 .map(|d| d.0)
                 .unwrap_or(base.start_delay),
+            start_costs: self
+                .kubelet
+                .start_costs
+                .as_ref()
+                .map(|c| c.costs())
+                .or(base.start_costs),
             ..base
         }
     }
@@ -376,6 +397,58 @@ mod tests {
                 .any(|st| matches!(&st.action, Action::FailPod { exit_code: 1, .. }))
         );
         assert!(s.timeline.iter().any(|st| matches!(&st.action, Action::PatchTrainCluster { set, .. } if set.contains_key("spec.workerGroups.0.slices.max"))));
+    }
+
+    #[test]
+    fn example_spares_parses() {
+        let s = Scenario::from_yaml(include_str!("../../../../examples/spares.yaml")).unwrap();
+        assert_eq!(s.node_pools.len(), 5);
+        let tc = &s.train_clusters[0];
+        assert_eq!(tc["spec"]["workerGroups"][0]["slices"]["spares"], 1);
+        assert_eq!(tc["spec"]["workerGroups"][0]["slices"]["max"], 4);
+        let costs = s.kubelet_options(KubeletOptions::default()).start_costs;
+        let costs = costs.expect("start costs");
+        assert_eq!(costs.image_pull_cold, Duration::from_secs(8));
+        assert_eq!(costs.tpu_init, Duration::from_secs(2));
+        assert_eq!(s.goodput.warmup(), Duration::from_secs(5));
+        assert!(s.compare.without_spares);
+        assert!(
+            s.timeline.iter().any(
+                |st| matches!(&st.action, Action::PreemptSlice { pool, .. } if pool == "pool-1")
+            )
+        );
+        let again = Scenario::from_yaml(&serde_yaml::to_string(&s).unwrap()).unwrap();
+        assert_eq!(again, s);
+    }
+
+    /// Every scenario in examples/ (a file with `nodePools`; the others are TrainCluster
+    /// manifests) parses and validates, and its manifests are TrainClusters the API types
+    /// accept.
+    #[test]
+    fn every_example_scenario_is_valid() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+        let mut scenarios = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+            if doc.get("nodePools").is_none() {
+                continue;
+            }
+            let s = Scenario::from_yaml(&text).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+            for m in &s.train_clusters {
+                serde_json::from_value::<slice_core::api::TrainCluster>(m.clone())
+                    .unwrap_or_else(|e| panic!("{path:?}: {e}"));
+            }
+            scenarios += 1;
+        }
+        assert!(
+            scenarios >= 3,
+            "default, independent, spares: found {scenarios}"
+        );
     }
 
     #[test]

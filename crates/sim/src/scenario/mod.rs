@@ -5,7 +5,9 @@
 //! name: default
 //! description: three v6e 4x4 slices
 //! namespace: default            # default namespace of pod references
-//! kubelet: {startDelay: 1s}     # optional
+//! kubelet: {startDelay: 1s}     # optional; also startCosts (see `settings`)
+//! goodput: {warmup: 5s}         # optional: simulate's goodput accounting
+//! compare: {withoutSpares: true}   # optional: simulate runs it again without spares
 //! preemption: {notice: 2s, removal: 2s}   # optional defaults of preemptSlice
 //! nodePools:
 //!   - {name: pool-0, accelerator: tpu-v6e-slice, topology: 4x4}
@@ -26,6 +28,7 @@
 //! * `conditions`: [`condition_holds`], what `after` waits for.
 //! * `timeline`: [`run_timeline`], [`setup_scenario`] and [`run_scenario`].
 //! * `report`: [`StepReport`], the progress of each step.
+//! * `settings`: `kubelet.startCosts`, `goodput` and `compare` ([`StartCostSettings`], …).
 
 mod actions;
 mod conditions;
@@ -33,6 +36,7 @@ mod duration;
 mod format;
 mod pod_ref;
 mod report;
+mod settings;
 mod timeline;
 mod train_clusters;
 
@@ -42,5 +46,8 @@ pub use duration::{SimDuration, format_duration, parse_duration};
 pub use format::{Action, After, Condition, KubeletSettings, PreemptionSettings, Scenario, Step};
 pub use pod_ref::{PodRef, resolve_pod};
 pub use report::{StepReport, StepStatus};
+pub use settings::{
+    CompareSettings, GoodputSettings, ImagePullSettings, StartCostSettings, without_spares,
+};
 pub use timeline::{TimelineOptions, run_scenario, run_timeline, setup_scenario};
 pub use train_clusters::{apply_train_cluster, get_path, set_path, train_cluster_resource};

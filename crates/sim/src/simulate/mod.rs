@@ -1,6 +1,17 @@
 //! `slice-operator simulate`: the API emulator, fake TPU node pools, a fake kubelet and the
 //! operator in one process, driven by a scenario file. Prints a line per change and ends
-//! with a summary of what the operator did and how long each recovery took.
+//! with a summary of what the operator did, how long each recovery took and each cluster's
+//! goodput. With `compare: {withoutSpares: true}` the scenario runs twice, each time on a
+//! fresh emulator and operator (as written, then with every `slices.spares` 0), and both
+//! summaries are followed by a side-by-side table.
+//!
+//! * `tracker`: progress lines, recoveries and goodput from the TrainCluster watch (pure).
+//! * `goodput`: the goodput accounting (pure).
+//! * `summary`: [`Summary`], [`render_summary`], [`render_comparison`].
+
+mod goodput;
+mod summary;
+mod tracker;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -11,64 +22,123 @@ use std::time::Duration;
 use futures::StreamExt;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::{KubeletOptions, Scenario, TimelineOptions, run_scenario};
-use slice_controller::{self as operator, OperatorConfig};
+use slice_controller::{self as operator, OperatorConfig, OperatorHandle};
 use slice_core::api::{Phase, TrainCluster};
 use slice_emulator::{Emulator, EmulatorOptions};
 
+pub use goodput::{Goodput, GoodputAccount, GoodputSample};
+pub use summary::{Recovery, Summary, epoch_changes, render_comparison, render_summary};
+pub use tracker::Tracker;
+
 /// The scenario used when none is given.
-pub const DEFAULT_SCENARIO: &str = include_str!("../../../examples/default.yaml");
+pub const DEFAULT_SCENARIO: &str = include_str!("../../../../examples/default.yaml");
 
 pub struct SimulateOptions {
     pub scenario: Scenario,
-    /// Keep the emulated API open after the run and write a kubeconfig here.
+    /// Keep the emulated API open after the run and write a kubeconfig here (with
+    /// `compare`: the last run's).
     pub serve: Option<PathBuf>,
     /// How long to wait for every cluster to settle after the timeline.
     pub settle_timeout: Duration,
 }
 
-#[derive(Clone, Debug)]
-pub struct Recovery {
-    pub cluster: String,
-    /// The last timeline step applied before the disruption.
-    pub cause: String,
-    pub took: Duration,
-    pub ready_slices: u32,
+type Out = Arc<Mutex<dyn Write + Send>>;
+
+fn print(out: &Out, text: &str) {
+    let mut out = out.lock().expect("output lock");
+    let _ = write!(out, "{text}");
 }
 
-#[derive(Clone, Debug, Default)]
-pub struct Summary {
-    pub elapsed: Duration,
-    pub recoveries: Vec<Recovery>,
-    pub groups_created: u64,
-    pub groups_deleted: BTreeMap<String, u64>,
-    pub clusters: Vec<(String, slice_core::api::TrainClusterStatus)>,
+/// Run a scenario end to end (twice, with `compare`); progress and the summaries go to
+/// `out`. The summary returned is the run as written; with `compare` it holds the other run
+/// in `without_spares`.
+pub async fn simulate(options: SimulateOptions, out: Out) -> anyhow::Result<Summary> {
+    let scenario = &options.scenario;
+    if !scenario.compare.without_spares {
+        let run = run_once(scenario, options.settle_timeout, out.clone()).await?;
+        print(&out, &render_summary(&scenario.name, &run.summary));
+        let summary = run.summary.clone();
+        run.finish(options.serve).await?;
+        return Ok(summary);
+    }
+    let mut bare = scenario.clone();
+    let changed = crate::scenario::without_spares(&mut bare.train_clusters);
+    print(
+        &out,
+        &format!(
+            "=== run 1 of 2: scenario {:?} as written ===\n",
+            scenario.name
+        ),
+    );
+    let first = run_once(scenario, options.settle_timeout, out.clone()).await?;
+    let mut with = first.summary.clone();
+    first.finish(None).await?;
+    print(
+        &out,
+        &format!(
+            "\n=== run 2 of 2: scenario {:?} without spares (slices.spares 0 in {changed} group(s)), \
+             fresh emulator and operator ===\n",
+            scenario.name
+        ),
+    );
+    let second = run_once(&bare, options.settle_timeout, out.clone()).await?;
+    let without = second.summary.clone();
+    let name_with = format!("{} (with spares)", scenario.name);
+    let name_without = format!("{} (without spares)", scenario.name);
+    print(&out, &render_summary(&name_with, &with));
+    print(&out, &render_summary(&name_without, &without));
+    print(
+        &out,
+        &render_comparison(
+            &scenario.name,
+            &[("with spares", &with), ("without spares", &without)],
+        ),
+    );
+    second.finish(options.serve).await?;
+    with.without_spares = Some(Box::new(without));
+    Ok(with)
 }
 
-#[derive(Default)]
-struct Tracker {
-    last_step: String,
-    disrupted: BTreeMap<String, (Instant, String)>,
-    /// Clusters seen Running at least once: bring-up is not a disruption.
-    seen_running: std::collections::BTreeSet<String>,
-    recoveries: Vec<Recovery>,
-    last_line: BTreeMap<String, String>,
+/// One run, summarised, its emulator and operator still up.
+struct Run {
+    summary: Summary,
+    emulator: Emulator,
+    operator: OperatorHandle,
+    watch: JoinHandle<()>,
+    say: Arc<dyn Fn(String) + Send + Sync>,
 }
 
-/// Run a scenario end to end; progress and the summary go to `out`.
-pub async fn simulate(
-    options: SimulateOptions,
-    out: Arc<Mutex<dyn Write + Send>>,
-) -> anyhow::Result<Summary> {
+impl Run {
+    /// Serves the emulated API until Ctrl-C when asked, then stops everything.
+    async fn finish(self, serve: Option<PathBuf>) -> anyhow::Result<()> {
+        if let Some(path) = serve {
+            self.emulator.write_kubeconfig(&path)?;
+            (self.say)(format!(
+                "serving the emulated API; try: kubectl --kubeconfig {} get tc,pods   (Ctrl-C to stop)",
+                path.display()
+            ));
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        self.watch.abort();
+        self.operator.stop().await?;
+        self.emulator.shutdown().await;
+        Ok(())
+    }
+}
+
+/// One run of `scenario` on a fresh emulator and operator, up to its summary.
+async fn run_once(scenario: &Scenario, settle_timeout: Duration, out: Out) -> anyhow::Result<Run> {
     let started = Instant::now();
-    let say = {
+    let say: Arc<dyn Fn(String) + Send + Sync> = {
         let out = out.clone();
-        move |line: String| {
+        Arc::new(move |line: String| {
             let mut out = out.lock().expect("output lock");
             let _ = writeln!(out, "[{:>6.1}s] {line}", started.elapsed().as_secs_f64());
-        }
+        })
     };
     let emulator = Emulator::start(EmulatorOptions::default()).await?;
     crate::install_chart_objects(&emulator)?;
@@ -81,7 +151,6 @@ pub async fn simulate(
         "operator started (metrics on http://{}/metrics)",
         operator.metrics_addr
     ));
-    let scenario = &options.scenario;
     say(format!(
         "scenario {:?}: {} node pool(s), {} TrainCluster(s), {} step(s)",
         scenario.name,
@@ -90,7 +159,7 @@ pub async fn simulate(
         scenario.timeline.len()
     ));
 
-    let tracker = Arc::new(Mutex::new(Tracker::default()));
+    let tracker = Arc::new(Mutex::new(Tracker::new(scenario.goodput.warmup())));
     let watch = {
         let tracker = tracker.clone();
         let say = say.clone();
@@ -100,44 +169,13 @@ pub async fn simulate(
                 .applied_objects()
                 .boxed();
             while let Some(Ok(tc)) = stream.next().await {
-                let Some(status) = tc.status.clone() else {
-                    continue;
-                };
-                let name = tc.name_any();
-                let epoch = status.groups.iter().map(|g| g.epoch).max().unwrap_or(0);
-                let line = format!(
-                    "{name}: {:?}, {}/{} slices ready ({} available), epoch {epoch}, restarts {}, preemptions {}",
-                    status.phase,
-                    status.ready_slices,
-                    status.desired_slices,
-                    status.available_slices,
-                    status.restarts,
-                    status.preemptions
-                );
-                let mut t = tracker.lock().expect("tracker lock");
-                if t.last_line.get(&name) == Some(&line) {
-                    continue;
+                let line = tracker
+                    .lock()
+                    .expect("tracker lock")
+                    .observe(started.elapsed(), &tc);
+                if let Some(line) = line {
+                    say(line);
                 }
-                t.last_line.insert(name.clone(), line.clone());
-                let running =
-                    status.phase == Phase::Running && status.ready_slices == status.desired_slices;
-                if running {
-                    t.seen_running.insert(name.clone());
-                    if let Some((since, cause)) = t.disrupted.remove(&name) {
-                        let took = since.elapsed();
-                        t.recoveries.push(Recovery {
-                            cluster: name.clone(),
-                            cause,
-                            took,
-                            ready_slices: status.ready_slices,
-                        });
-                    }
-                } else if t.seen_running.contains(&name) && !t.disrupted.contains_key(&name) {
-                    let cause = t.last_step.clone();
-                    t.disrupted.insert(name.clone(), (Instant::now(), cause));
-                }
-                drop(t);
-                say(line);
             }
         })
     };
@@ -173,7 +211,7 @@ pub async fn simulate(
 
     // Let every cluster settle, then summarise.
     let api: Api<TrainCluster> = Api::all(client.clone());
-    let deadline = Instant::now() + options.settle_timeout;
+    let deadline = Instant::now() + settle_timeout;
     let clusters = loop {
         let list = api.list(&Default::default()).await?.items;
         let settled = list.iter().all(|tc| {
@@ -181,23 +219,29 @@ pub async fn simulate(
                 !matches!(s.phase, Phase::Pending | Phase::Restarting)
                     && s.ready_slices == s.desired_slices
             })
-        }) && tracker.lock().expect("tracker lock").disrupted.is_empty();
+        }) && tracker.lock().expect("tracker lock").undisrupted();
         if settled || Instant::now() >= deadline {
             break list;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
+    let elapsed = started.elapsed();
+    let tracker = tracker.lock().expect("tracker lock");
     let metrics = &operator.context.metrics;
     let mut summary = Summary {
-        elapsed: started.elapsed(),
-        recoveries: tracker.lock().expect("tracker lock").recoveries.clone(),
+        elapsed,
+        recoveries: tracker.recoveries.clone(),
         groups_created: metrics.groups_created.get(),
         groups_deleted: BTreeMap::new(),
         clusters: clusters
             .iter()
             .map(|tc| (tc.name_any(), tc.status.clone().unwrap_or_default()))
             .collect(),
+        goodput: tracker.goodput(elapsed),
+        warmup: scenario.goodput.warmup(),
+        without_spares: None,
     };
+    drop(tracker);
     for line in metrics.render().lines() {
         if let Some(rest) = line.strip_prefix("slice_operator_groups_deleted_total{reason=\"")
             && let Some((reason, count)) = rest.split_once("\"} ")
@@ -208,23 +252,13 @@ pub async fn simulate(
             );
         }
     }
-    {
-        let mut out = out.lock().expect("output lock");
-        let _ = write!(out, "{}", render_summary(&scenario.name, &summary));
-    }
-
-    if let Some(path) = options.serve {
-        emulator.write_kubeconfig(&path)?;
-        say(format!(
-            "serving the emulated API; try: kubectl --kubeconfig {} get tc,pods   (Ctrl-C to stop)",
-            path.display()
-        ));
-        let _ = tokio::signal::ctrl_c().await;
-    }
-    watch.abort();
-    operator.stop().await?;
-    emulator.shutdown().await;
-    Ok(summary)
+    Ok(Run {
+        summary,
+        emulator,
+        operator,
+        watch,
+        say,
+    })
 }
 
 fn step_status(status: &crate::StepStatus) -> String {
@@ -233,52 +267,4 @@ fn step_status(status: &crate::StepStatus) -> String {
         crate::StepStatus::Progress(p) => p.clone(),
         crate::StepStatus::Applied => "done".into(),
     }
-}
-
-pub fn render_summary(name: &str, s: &Summary) -> String {
-    let mut text = format!(
-        "\nSummary of scenario {name:?} ({:.1} s)\n",
-        s.elapsed.as_secs_f64()
-    );
-    for (cluster, status) in &s.clusters {
-        let epoch = status.groups.iter().map(|g| g.epoch).max().unwrap_or(0);
-        text += &format!(
-            "  cluster {cluster}: {:?}, {}/{} slices ready, restarts {}, preemptions {}, epoch {epoch}\n",
-            status.phase,
-            status.ready_slices,
-            status.desired_slices,
-            status.restarts,
-            status.preemptions
-        );
-    }
-    let deleted: Vec<String> = s
-        .groups_deleted
-        .iter()
-        .map(|(r, n)| format!("{r} {n}"))
-        .collect();
-    text += &format!(
-        "  operator: {} group(s) created; deleted by reason: {}\n",
-        s.groups_created,
-        if deleted.is_empty() {
-            "none".to_string()
-        } else {
-            deleted.join(", ")
-        }
-    );
-    if s.recoveries.is_empty() {
-        text += "  recoveries: none needed\n";
-    } else {
-        text +=
-            "  recoveries (from the first change away from Running to all desired slices ready):\n";
-        for r in &s.recoveries {
-            text += &format!(
-                "    {:<10} after {:<45} {:>6.1} s  ({} slices ready)\n",
-                r.cluster,
-                r.cause,
-                r.took.as_secs_f64(),
-                r.ready_slices
-            );
-        }
-    }
-    text
 }

@@ -308,3 +308,85 @@ fn admission_rejects_pods_beyond_the_chips() {
     }
     assert!(k.plan(&pods, &nodes(), t0).is_empty());
 }
+
+/// With start costs, a bound TPU worker is Running after its cold pull and container start,
+/// not Ready; Ready only once its TPU has initialised. A second worker on the same node
+/// pulls warm.
+#[test]
+fn start_costs_delay_running_then_ready() {
+    use super::super::StartCosts;
+    let mut k = KubeletCore::new(&KubeletOptions {
+        start_delay: Duration::from_secs(1),
+        start_costs: Some(StartCosts {
+            image_pull_cold: Duration::from_secs(8),
+            image_pull_warm: Duration::ZERO,
+            container_start: Duration::from_secs(1),
+            tpu_init: Duration::from_secs(2),
+        }),
+        ..Default::default()
+    });
+    let nodes = nodes();
+    let with_image = |mut p: Pod| {
+        p.spec.as_mut().unwrap().containers[0].image = Some("python:3.12-slim".into());
+        p
+    };
+    let a = bound(with_image(tpu_pod("a", 4)), "pool-0-0");
+    let t0 = Instant::now();
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    assert!(k.plan(&[Arc::new(a.clone())], &nodes, t0).is_empty());
+    assert!(
+        k.plan(&[Arc::new(a.clone())], &nodes, at(9)).is_empty(),
+        "pulling"
+    );
+    let acts = k.plan(&[Arc::new(a.clone())], &nodes, at(10));
+    let [KubeletAction::Start { patch, .. }] = &acts[..] else {
+        panic!("{acts:?}")
+    };
+    assert_eq!(patch["status"]["phase"], "Running");
+    assert_eq!(patch["status"]["containerStatuses"][0]["ready"], false);
+    let mut started = a.clone();
+    started.status = serde_json::from_value(patch["status"].clone()).unwrap();
+    assert!(!pod_ready(&started));
+    let started = Arc::new(started);
+    assert!(
+        k.plan(std::slice::from_ref(&started), &nodes, at(11))
+            .is_empty(),
+        "initialising the TPU"
+    );
+    let acts = k.plan(std::slice::from_ref(&started), &nodes, at(12));
+    assert!(
+        matches!(&acts[..], [KubeletAction::SetReady { name, ready: true, .. }] if name == "a"),
+        "{acts:?}"
+    );
+    // a is gone; its node keeps the image: b, bound at 20 s, pulls warm and runs at 22 s.
+    drop(started);
+    let b = Arc::new(bound(with_image(tpu_pod("b", 4)), "pool-0-0"));
+    let pods = [b];
+    assert!(k.plan(&pods, &nodes, at(20)).is_empty());
+    let acts = k.plan(&pods, &nodes, at(22));
+    assert!(
+        matches!(&acts[..], [KubeletAction::Start { name, .. }] if name == "b"),
+        "{acts:?}"
+    );
+}
+
+/// Without start costs a started pod is Running and Ready in the same patch, as before.
+#[test]
+fn without_start_costs_running_and_ready_at_once() {
+    let mut k = core(Duration::from_secs(1));
+    let a = Arc::new(bound(tpu_pod("a", 4), "pool-0-0"));
+    let t0 = Instant::now();
+    assert!(k.plan(std::slice::from_ref(&a), &nodes(), t0).is_empty());
+    let acts = k.plan(&[a], &nodes(), t0 + Duration::from_secs(1));
+    let [KubeletAction::Start { patch, .. }] = &acts[..] else {
+        panic!("{acts:?}")
+    };
+    assert_eq!(patch["status"]["containerStatuses"][0]["ready"], true);
+    assert!(
+        patch["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    );
+}
