@@ -64,6 +64,9 @@ pub struct ClusterMemory {
     pub malformed_generation: Option<Option<i64>>,
     /// When the first failure of the current disruption was detected.
     pub disrupted_since: Option<Instant>,
+    /// The slices its last plan reserved (`GroupStatus::reserved_slices`), recorded while
+    /// planning: the next cluster to plan sees them before the status is written and cached.
+    pub reserved: Option<Vec<String>>,
     /// Events this cluster may still emit (see [`crate::events`]).
     events: Option<EventBudget>,
 }
@@ -206,14 +209,38 @@ impl Context {
         gone.len()
     }
 
-    /// Slices the pending creates of clusters other than `uid` were placed on: taken, though
-    /// the inventory (built from the pod cache) cannot show it yet.
+    /// Slices clusters other than `uid` have taken though the inventory (built from the pod
+    /// cache) cannot show it: placed their pending creates on, or reserved while they
+    /// (re)create replicas (as last planned here, else as their cached status says, which is
+    /// what survives an operator restart).
     pub fn slices_taken_by_others(&self, uid: &str) -> HashSet<String> {
+        let others = self
+            .trainclusters
+            .get()
+            .map(|store| store.state())
+            .unwrap_or_default();
         let all = self.memory.lock().expect("memory lock poisoned");
-        all.iter()
+        let mut taken: HashSet<String> = all
+            .iter()
             .filter(|(other, _)| other.as_str() != uid)
             .flat_map(|(_, m)| m.outstanding.slices_taken().map(str::to_string))
-            .collect()
+            .collect();
+        for tc in others.iter().filter_map(|g| g.0.as_ref().ok()) {
+            let other = tc.metadata.uid.as_deref().unwrap_or_default();
+            if other == uid {
+                continue;
+            }
+            match all.get(other).and_then(|m| m.reserved.as_ref()) {
+                Some(planned) => taken.extend(planned.iter().cloned()),
+                None => taken.extend(
+                    tc.status
+                        .iter()
+                        .flat_map(|s| s.reserved_slices())
+                        .map(str::to_string),
+                ),
+            }
+        }
+        taken
     }
 
     /// How many clusters the operator holds memory for.
@@ -273,6 +300,39 @@ mod tests {
         let client = Client::new(service, "default");
         let recorder = Recorder::new(client.clone(), "test".into());
         Context::new(client, Flags::parse_from(["test"]).config, recorder)
+    }
+
+    #[tokio::test]
+    async fn slices_another_cluster_reserved_are_taken_as_planned_else_as_its_status_says() {
+        let ctx = context();
+        let (store, mut writer) =
+            kube::runtime::reflector::store::<DeserializeGuard<TrainCluster>>();
+        let mut restarting =
+            slice_core::testing::train_cluster(slice_core::api::Membership::Multislice, 1, 2);
+        restarting.metadata.uid = Some("uid-a".into());
+        let mut status = TrainClusterStatus::default();
+        status.groups.push(slice_core::api::GroupStatus {
+            reserved_slices: vec!["pool-0".into(), "pool-1".into()],
+            ..Default::default()
+        });
+        restarting.status = Some(status);
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(DeserializeGuard(Ok(
+            restarting,
+        ))));
+        ctx.set_trainclusters(store);
+        // After an operator restart: the status is all there is.
+        let both = HashSet::from(["pool-0".to_string(), "pool-1".to_string()]);
+        assert_eq!(ctx.slices_taken_by_others("uid-b"), both);
+        assert!(
+            ctx.slices_taken_by_others("uid-a").is_empty(),
+            "not by others"
+        );
+        // Planned here since: newer than the cached status.
+        ctx.with_memory("uid-a", |m| m.reserved = Some(vec!["pool-1".into()]));
+        assert_eq!(
+            ctx.slices_taken_by_others("uid-b"),
+            HashSet::from(["pool-1".to_string()])
+        );
     }
 
     #[tokio::test]

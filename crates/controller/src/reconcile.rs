@@ -238,7 +238,8 @@ async fn reconcile_inner(tc: &TrainCluster, ctx: &Context, namespace: &str) -> R
                     .filter_map(|p| p.metadata.name.clone())
                     .map(|n| (n, c.slice.clone()))
             });
-            m.outstanding.expect_created(pods, relists, Instant::now())
+            m.outstanding.expect_created(pods, relists, Instant::now());
+            m.reserved = Some(plan.status.reserved_slices().map(str::to_string).collect());
         });
         plan
     };

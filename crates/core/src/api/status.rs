@@ -74,6 +74,16 @@ pub struct TrainClusterStatus {
     pub head: Option<HeadStatus>,
 }
 
+impl TrainClusterStatus {
+    /// Every slice a group of this cluster keeps while it (re)creates replicas
+    /// ([`GroupStatus::reserved_slices`]): not free for any other TrainCluster.
+    pub fn reserved_slices(&self) -> impl Iterator<Item = &str> {
+        self.groups
+            .iter()
+            .flat_map(|g| g.reserved_slices.iter().map(String::as_str))
+    }
+}
+
 fn is_zero(n: &u32) -> bool {
     *n == 0
 }
@@ -142,6 +152,11 @@ pub struct GroupStatus {
     /// Slices of the group's shape that others use (at most 8 listed): `slice: by what`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub busy_slices: Vec<String>,
+    /// Slices kept for the group while it has replicas to (re)create (a restart, a
+    /// replacement, growth): no other TrainCluster is given them, even in the moment
+    /// between the old pods going and the new ones being created. Empty while it runs whole.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reserved_slices: Vec<String>,
     /// Hot spares (`slices.spares`): wanted now, and the slices held for the group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spares: Option<SpareStatus>,

@@ -45,7 +45,12 @@ impl<'a> Planner<'a> {
 
         // Size: from the slices this group holds or can take.
         let own: HashSet<&str> = observed.values().filter_map(|r| r.slice).collect();
-        let usable = self.usable_slices(group, &own, &spare_slices, grace);
+        let reserved = std::mem::take(&mut memory.reserved_slices);
+        let mine = Mine {
+            pods: &own,
+            reserved: &reserved.iter().map(String::as_str).collect(),
+        };
+        let usable = self.usable_slices(group, &mine, &spare_slices, grace);
         memory.available_slices = available_slices(group, usable.len());
         // Named only while they matter, so that others' churn rewrites no settled status.
         memory.busy_slices = if memory.available_slices < group.spec.slices.max {
@@ -116,6 +121,7 @@ impl<'a> Planner<'a> {
             sets: spare_sets,
             swapped,
         });
+        memory.reserved_slices = reserve(&usable, sizing.target, kept.len(), failed || finishing);
         let still_wanted = (sizing.target as usize).saturating_sub(kept.len() + created.len());
         self.promise(&free, still_wanted);
 
@@ -245,3 +251,26 @@ fn available_slices(group: &ResolvedGroup<'_>, usable: usize) -> u32 {
 
 #[cfg(test)]
 mod tests;
+
+/// The slices a group keeps for itself: its pods' slices, and the slices it reserved while
+/// it (re)creates replicas (see [`reserve`]).
+pub(super) struct Mine<'s> {
+    pub pods: &'s HashSet<&'s str>,
+    pub reserved: &'s HashSet<&'s str>,
+}
+
+/// While the group has replicas to (re)create, the slices its size counted on are kept for
+/// it, so that no other TrainCluster takes one in the moment between the old pods going and
+/// the new ones being created (a multislice restart frees its slices one by one).
+fn reserve(usable: &[&Slice], target: u32, kept: usize, stopped: bool) -> Vec<String> {
+    if stopped || kept >= target as usize {
+        return Vec::new();
+    }
+    let mut slices: Vec<String> = usable
+        .iter()
+        .take(target as usize)
+        .map(|s| s.id.clone())
+        .collect();
+    slices.sort();
+    slices
+}

@@ -57,14 +57,14 @@ pub(super) fn free_slices<'a>(
 }
 
 impl<'a> Planner<'a> {
-    /// Whole slices of the group's shape this group may run on: ones it holds (`own`, or
-    /// per the inventory) that are not lost, then ready free ones not promised to another
+    /// Whole slices of the group's shape this group may run on: ones it holds (its pods'
+    /// slices, free ones it reserved, or per the inventory) that are not lost, then ready free ones not promised to another
     /// group, then its own ready hot spares (`spares`), each in name order. Free slices come
     /// before spares so that a restart on healthy slices leaves the spares standing.
     pub(super) fn usable_slices(
         &mut self,
         group: &ResolvedGroup<'_>,
-        own: &HashSet<&str>,
+        mine: &super::group::Mine<'_>,
         spares: &HashSet<&str>,
         grace: SignedDuration,
     ) -> Vec<&'a Slice> {
@@ -99,7 +99,10 @@ impl<'a> Planner<'a> {
                 continue;
             }
             // Our own pods are the fresher witness: the inventory may be a moment old.
-            let held_by_us = own.contains(slice.id.as_str())
+            let held_by_us = mine.pods.contains(slice.id.as_str())
+                || (mine.reserved.contains(slice.id.as_str())
+                    && slice.is_free()
+                    && slice.is_ready())
                 || match &slice.occupancy {
                     Occupancy::Held(h) => ours(h),
                     Occupancy::Contended(hs) => ours(&hs[0]),

@@ -384,3 +384,39 @@ async fn never_shared(client: kube::Client, namespaces: [String; 2]) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A multislice restart frees its slices one at a time (the pods on a preempted slice go
+/// last, with its nodes): a TrainCluster waiting for a slice of the same shape is given none
+/// of them, and the restart comes back on every slice it kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_cluster_takes_no_slice_of_a_multislice_restart() {
+    let env = env_with("restart-keeps-slices", 3).await;
+    env.create(&env.train_cluster("big", Membership::Multislice, 1, 3))
+        .await;
+    let (tc, _) = env.wait_running("big", 3, 4).await;
+    let before = tc.status.unwrap().groups[0].epoch;
+    env.create(&env.train_cluster("small", Membership::Multislice, 1, 1))
+        .await;
+    env.wait_phase("small", Phase::WaitingForSlices).await;
+    let slices = slices_of(&env, "big").await;
+    let lost = slices.iter().next().expect("a slice").clone();
+    env.preempt(env.short_pool(&lost)).await;
+    let (tc, _) = env
+        .wait_for("big back at 2 slices", Duration::from_secs(90), || async {
+            let (tc, pods) = env.wait_running("big", 2, 4).await;
+            (tc.status.as_ref()?.groups[0].epoch > before).then_some((tc, pods))
+        })
+        .await;
+    let kept: BTreeSet<String> = slices.iter().filter(|s| **s != lost).cloned().collect();
+    assert_eq!(slices_of(&env, "big").await, kept, "on the slices it kept");
+    assert_eq!(
+        tc.status.unwrap().groups[0].epoch,
+        before + 1,
+        "one restart"
+    );
+    assert!(
+        env.worker_pods("small").await.is_empty(),
+        "the waiting cluster took a slice of the restart"
+    );
+    env.stop().await;
+}

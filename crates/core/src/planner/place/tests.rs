@@ -54,7 +54,12 @@ fn usable_slices_are_held_ones_first_then_ready_unpromised_free_ones_of_the_shap
     let group = scene.group();
     let mut planner = scene.planner();
     planner.claimed.insert("pool-4".into());
-    let usable = planner.usable_slices(&group, &HashSet::new(), &HashSet::new(), GRACE);
+    let usable = planner.usable_slices(
+        &group,
+        &mine(&HashSet::new(), &HashSet::new()),
+        &HashSet::new(),
+        GRACE,
+    );
     assert_eq!(
         ids(&usable),
         ["pool-0", "pool-1", "pool-2"],
@@ -79,7 +84,12 @@ fn a_held_slice_that_is_lost_is_not_usable() {
     let scene = Scene::new(world);
     let group = scene.group();
     let mut planner = scene.planner();
-    let usable = planner.usable_slices(&group, &HashSet::new(), &HashSet::new(), GRACE);
+    let usable = planner.usable_slices(
+        &group,
+        &mine(&HashSet::new(), &HashSet::new()),
+        &HashSet::new(),
+        GRACE,
+    );
     assert_eq!(ids(&usable), ["pool-1", "pool-2", "pool-3", "pool-4"]);
 }
 
@@ -89,7 +99,8 @@ fn our_own_pods_make_a_slice_held_even_when_the_inventory_says_free() {
     let group = scene.group();
     let mut planner = scene.planner();
     let own = HashSet::from(["pool-2"]);
-    let usable = planner.usable_slices(&group, &own, &HashSet::new(), GRACE);
+    let usable =
+        planner.usable_slices(&group, &mine(&own, &HashSet::new()), &HashSet::new(), GRACE);
     assert_eq!(ids(&usable), ["pool-2", "pool-0", "pool-1"]);
     assert_eq!(
         ids(&free_slices(&usable, &own, &HashSet::new())),
@@ -182,6 +193,18 @@ fn promised_slices_are_not_usable_by_a_later_group() {
     let mut planner = scene.planner();
     let free: Vec<&Slice> = scene.inventory.slices().collect();
     planner.promise(&free, 2);
-    let usable = planner.usable_slices(&group, &HashSet::new(), &HashSet::new(), GRACE);
+    let usable = planner.usable_slices(
+        &group,
+        &mine(&HashSet::new(), &HashSet::new()),
+        &HashSet::new(),
+        GRACE,
+    );
     assert_eq!(ids(&usable), ["pool-2"]);
+}
+
+fn mine<'s>(
+    pods: &'s HashSet<&'s str>,
+    reserved: &'s HashSet<&'s str>,
+) -> crate::planner::group::Mine<'s> {
+    crate::planner::group::Mine { pods, reserved }
 }

@@ -284,3 +284,81 @@ fn a_multislice_member_whose_creation_was_cut_short_is_recreated_into_the_formin
     world.step();
     assert_eq!(world.status().groups[0].epoch, epoch + 1);
 }
+
+/// Another TrainCluster, waiting for one slice of the same shape, plans now.
+fn plan_of_a_waiting_neighbour(world: &World) -> Plan {
+    let mut other = train_cluster(Membership::Multislice, 1, 1);
+    other.metadata.name = Some("other".into());
+    other.metadata.uid = Some("uid-other".into());
+    let reserved: HashSet<String> = world
+        .status()
+        .reserved_slices()
+        .map(str::to_string)
+        .collect();
+    let (nodes, pods) = world.observed();
+    let inventory = crate::inventory::Inventory::build(&nodes, &pods);
+    plan(&PlanInput {
+        cluster: &other,
+        pods: &[],
+        inventory: &inventory,
+        reserved: &reserved,
+        conflicts: &[],
+        now: world.now,
+    })
+}
+
+#[test]
+fn a_restart_keeps_its_slices_from_others_while_its_old_pods_go_one_slice_at_a_time() {
+    for membership in [Membership::Multislice, Membership::Independent] {
+        let mut world = World::new(train_cluster(membership, 1, 3), v6e_pools(3));
+        world.settle(5);
+        fail_pod(world.pod_mut("demo-workers-1-0"));
+        let restart = world.plan();
+        write_status_only(&mut world, &restart);
+        let leaving: Vec<String> = restart
+            .delete
+            .iter()
+            .flat_map(|d| d.pods.iter().map(|p| p.name.clone()))
+            .collect();
+        mark_terminating(&mut world, &leaving);
+        // The pods on pool-1 are gone first; elsewhere (multislice) they still stop.
+        world
+            .pods
+            .retain(|p| World::label_of(p, LABEL_SLICE).as_deref() != Some("pool-1"));
+        let neighbour = plan_of_a_waiting_neighbour(&world);
+        assert!(
+            neighbour.create.is_empty(),
+            "{membership:?}: a neighbour took a slice of a restart: {:?}",
+            neighbour
+                .create
+                .iter()
+                .map(|c| &c.slice)
+                .collect::<Vec<_>>()
+        );
+        // The restarting cluster keeps it too, and comes back on its own three slices.
+        world.now += secs(1);
+        let next = world.plan();
+        assert!(
+            next.status.groups[0]
+                .reserved_slices
+                .contains(&"pool-1".to_string()),
+            "{membership:?}: {:?}",
+            next.status.groups[0].reserved_slices
+        );
+        world.apply(&next);
+        // The old pods finish stopping; then past the restart backoff.
+        world
+            .pods
+            .retain(|p| p.metadata.deletion_timestamp.is_none());
+        for _ in 0..120 {
+            world.step();
+            world.now += secs(1);
+        }
+        assert_eq!(world.status().ready_slices, 3, "{membership:?}");
+        assert!(
+            world.status().groups[0].reserved_slices.is_empty(),
+            "{membership:?}: a whole group reserves nothing"
+        );
+        assert!(plan_of_a_waiting_neighbour(&world).create.is_empty());
+    }
+}
