@@ -1,7 +1,30 @@
-//! Load scenario: 100 TrainClusters x 8 slices x 16 hosts (12,800 pods on 12,800 nodes)
-//! against the in-process API emulator, with the operator running as its own process (the
-//! release binary) so its peak memory can be read from /proc. Prints time to converge, API
-//! requests per cluster and the operator's peak RSS. Run with `make bench-e2e`.
+//! Load benchmarks against the in-process API emulator (fake TPU nodes, the fake kubelet of
+//! `slice-sim`), with the operator running as its own process (the release binary) so its
+//! peak memory can be read from /proc. Build the binary first:
+//! `cargo build --release --bin slice-operator` (`SLICE_OPERATOR_BIN` names another one).
+//!
+//! Modes, chosen by `E2E_LOAD` (or the first argument after `--`):
+//!
+//! * `converge100` (the default; `make bench-e2e`): 100 TrainClusters x 8 slices x 16 hosts
+//!   (12,800 pods on 12,800 nodes) created at once, plus `FOREIGN_PODS` (12,800) pending TPU
+//!   pods of another team. Prints time to converge, API requests per cluster and the
+//!   operator's peak RSS. Unchanged from before the modes existed, so its figures in
+//!   BENCHMARKS.md stay reproducible.
+//! * `create64`: one TrainCluster of 64 slices x 16 hosts (1,024 pods on 1,024 nodes), once
+//!   Multislice and once Independent, against the ceiling of a plain create loop in the same
+//!   run (16 creates in flight, the operator's default `--api-concurrency`): times as ratios
+//!   to the loop; reconciles and API requests (by verb and resource) to create each cluster;
+//!   requests and reconciles per minute in a steady state while every node posts a status
+//!   heartbeat every 10 s. Knobs: `ROUNDS` (3), `CEILING_CONCURRENCY` (16),
+//!   `HEARTBEAT_SECS` (30), `HEARTBEAT_INTERVAL_SECS` (10), `FOREIGN_PODS` (0). See
+//!   `e2e_load/create64.rs` for what is and is not timed.
+//!
+//! `E2E_LOAD=create64 cargo bench -p slice-operator --bench e2e_load`
+
+#[path = "e2e_load/create64.rs"]
+mod create64;
+#[path = "e2e_load/requests.rs"]
+mod requests;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -17,14 +40,20 @@ const HOSTS: u32 = 16; // v6e 8x8 with 4 chips per host
 const METRICS_ADDR: &str = "127.0.0.1:18089";
 
 fn main() -> anyhow::Result<()> {
-    // `cargo bench` passes --bench; any other argument is ignored.
-    tokio::runtime::Builder::new_multi_thread()
+    // `cargo bench` passes --bench (and other flags); the first other argument names the mode.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .build()?
-        .block_on(run())
-}
-
-async fn run() -> anyhow::Result<()> {
+        .build()?;
+    if args.first().map(String::as_str) == Some(create64::PLAIN_LOOP_MODE) {
+        return runtime.block_on(create64::plain_loop(&args[1..]));
+    }
+    let mode = args
+        .iter()
+        .find(|a| !a.starts_with('-'))
+        .cloned()
+        .or_else(|| std::env::var("E2E_LOAD").ok())
+        .unwrap_or_else(|| "converge100".into());
     let binary = std::env::var("SLICE_OPERATOR_BIN").unwrap_or_else(|_| {
         concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -36,6 +65,15 @@ async fn run() -> anyhow::Result<()> {
         std::path::Path::new(&binary).exists(),
         "{binary} missing: run `cargo build --release` first (make bench-e2e does)"
     );
+    match mode.as_str() {
+        "converge100" => runtime.block_on(run(&binary)),
+        "create64" => runtime.block_on(create64::run(&binary)),
+        other => anyhow::bail!("unknown mode {other:?}: converge100 or create64"),
+    }
+}
+
+/// `converge100`: 100 TrainClusters x 8 slices x 16 hosts.
+async fn run(binary: &str) -> anyhow::Result<()> {
     let emulator = Emulator::start(EmulatorOptions {
         request_log_limit: 400_000,
         request_body_limit: 256,
@@ -71,7 +109,7 @@ async fn run() -> anyhow::Result<()> {
         },
     );
 
-    let mut operator = Command::new(&binary)
+    let mut operator = Command::new(binary)
         .args(["run", "--kubeconfig"])
         .arg(&kubeconfig)
         .args(["--metrics-addr", METRICS_ADDR, "--concurrency", "16"])
@@ -114,7 +152,7 @@ async fn run() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
     let peak_kib = peak_rss_kib(operator.id());
-    let deleted = deleted_by_reason().await;
+    let deleted = deleted_by_reason(METRICS_ADDR).await;
     let requests = emulator.requests().since(mark);
     // The operator's requests: everything except the kubelet's bindings and pod status
     // writes and this driver's own TrainCluster creates and polls.
@@ -204,22 +242,27 @@ fn is_operator_request(r: &slice_emulator::RecordedRequest) -> bool {
 }
 
 /// `reason count` pairs from the operator's groups_deleted metric.
-async fn deleted_by_reason() -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Ok(mut stream) = tokio::net::TcpStream::connect(METRICS_ADDR).await else {
+async fn deleted_by_reason(addr: &str) -> String {
+    let Some(text) = http_get(addr, "/metrics").await else {
         return "metrics unavailable".into();
     };
-    let _ = stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-        .await;
-    let mut text = String::new();
-    let _ = stream.read_to_string(&mut text).await;
     text.lines()
         .filter_map(|l| l.strip_prefix("slice_operator_groups_deleted_total{reason=\""))
         .filter_map(|l| l.split_once("\"} "))
         .map(|(reason, n)| format!("{reason} {n}"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// The whole HTTP/1.0 response (status line, headers, body) to a GET of `path`.
+async fn http_get(addr: &str, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let request = format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text).await;
+    Some(text)
 }
 
 fn peak_rss_kib(pid: u32) -> u64 {
