@@ -157,18 +157,22 @@ pub async fn write_status(
     Ok(())
 }
 
+/// Pod calls in flight at once, shared by every group of one plan (`--api-concurrency`).
+pub type CallLimit = tokio::sync::Semaphore;
+
 /// Delete every member of a group, each guarded by its uid so a newer pod of the same name
 /// is never touched. Returns the uids whose deletion was accepted.
 pub async fn delete_group(
     api: &Api<Pod>,
     group: &GroupDelete,
-    concurrency: usize,
+    limit: &CallLimit,
 ) -> Result<Vec<String>> {
     let results: Vec<Option<String>> = stream::iter(group.pods.iter().cloned())
         .map(|pod| {
             let api = api.clone();
             async move {
                 let api = &api;
+                let _permit = limit.acquire().await.expect("the limit is never closed");
                 let params = DeleteParams {
                     preconditions: pod.uid.clone().map(|uid| Preconditions {
                         uid: Some(uid),
@@ -190,7 +194,7 @@ pub async fn delete_group(
                 }
             }
         })
-        .buffer_unordered(concurrency.max(1))
+        .buffer_unordered(group.pods.len().max(1))
         .try_collect()
         .await?;
     Ok(results.into_iter().flatten().collect())
@@ -198,7 +202,7 @@ pub async fn delete_group(
 
 /// Create every pod of a group, or none: if any creation fails for good, the pods created
 /// so far are deleted again and the error says so.
-pub async fn create_group(api: &Api<Pod>, group: &GroupCreate, concurrency: usize) -> Result<()> {
+pub async fn create_group(api: &Api<Pod>, group: &GroupCreate, limit: &CallLimit) -> Result<()> {
     let params = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
@@ -209,6 +213,7 @@ pub async fn create_group(api: &Api<Pod>, group: &GroupCreate, concurrency: usiz
             let api = api.clone();
             async move {
                 let (api, params, pod) = (&api, &params, &pod);
+                let _permit = limit.acquire().await.expect("the limit is never closed");
                 let created = (|| bounded(api.create(params, pod)))
                     .retry(backoff())
                     .when(retryable)
@@ -219,7 +224,7 @@ pub async fn create_group(api: &Api<Pod>, group: &GroupCreate, concurrency: usiz
                 }
             }
         })
-        .buffer_unordered(concurrency.max(1))
+        .buffer_unordered(group.pods.len().max(1))
         .collect()
         .await;
     let total = results.len();
@@ -251,7 +256,7 @@ pub async fn create_group(api: &Api<Pod>, group: &GroupCreate, concurrency: usiz
             })
             .collect(),
     };
-    if let Err(e) = delete_group(api, &rollback, concurrency).await {
+    if let Err(e) = delete_group(api, &rollback, limit).await {
         // The planner deletes the incomplete group on the next reconcile.
         tracing::warn!(error = %e, group = %group.group, replica = group.replica, "rollback of a partial group failed");
     }
@@ -379,7 +384,9 @@ mod tests {
     async fn already_exists_for_our_own_pod_is_a_create_that_happened() {
         let ours = pod("tc-w-0-0", "key-1", "tc-uid");
         let (api, seen) = server_with(ours.clone());
-        create_group(&api, &group_of(ours), 4).await.unwrap();
+        create_group(&api, &group_of(ours), &CallLimit::new(4))
+            .await
+            .unwrap();
         let seen = seen.lock().unwrap().clone();
         assert!(seen.iter().all(|r| !r.starts_with("DELETE")), "{seen:?}");
         assert_eq!(seen.len(), 2, "one create, one read, no retry: {seen:?}");
@@ -393,7 +400,9 @@ mod tests {
         ] {
             let (api, seen) = server_with(stranger);
             let wanted = pod("tc-w-0-0", "key-1", "tc-uid");
-            let err = create_group(&api, &group_of(wanted), 4).await.unwrap_err();
+            let err = create_group(&api, &group_of(wanted), &CallLimit::new(4))
+                .await
+                .unwrap_err();
             assert!(
                 matches!(err, Error::PartialGroup { created: 0, .. }),
                 "{err}"

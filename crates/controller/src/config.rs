@@ -57,6 +57,13 @@ pub struct OperatorConfig {
     #[arg(long, env = "LEASE_DURATION_SECONDS", default_value_t = 15)]
     pub lease_duration_seconds: u32,
 
+    /// Pod, node and Service events for one TrainCluster within this window are merged into
+    /// one reconcile (the first is acted on at once; windows double during a burst, up to 16
+    /// times this): a burst of a thousand pod events costs a handful of reconciles, not a
+    /// thousand. 0 turns merging off.
+    #[arg(long, env = "COALESCE_MS", default_value_t = 250, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    pub coalesce_ms: u64,
+
     /// Re-plan every TrainCluster at least this often, even when nothing changed.
     #[arg(long, env = "RESYNC_SECONDS", default_value_t = 300)]
     pub resync_seconds: u64,
@@ -78,6 +85,7 @@ impl OperatorConfig {
             lease_namespace: None,
             identity: None,
             lease_duration_seconds: 15,
+            coalesce_ms: 250,
             resync_seconds: 300,
         }
     }

@@ -8,17 +8,18 @@ use std::time::Instant;
 
 use std::sync::Arc;
 
-use kube::Client;
 use kube::core::DeserializeGuard;
 use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
+use kube::{Client, ResourceExt};
 use slice_core::api::TrainCluster;
 
 use super::config::OperatorConfig;
 use super::events::EventBudget;
 use super::freshness::Outstanding;
 use super::metrics::Metrics;
-use super::watches::Cache;
+use super::watches::{Cache, Change, Entries};
+use slice_core::inventory::{Inventory, LiveInventory};
 use slice_core::lean::{LeanNode, LeanPod};
 
 pub struct Context {
@@ -30,6 +31,8 @@ pub struct Context {
     caches: OnceLock<Caches>,
     /// The controller's TrainCluster store: who else needs which names.
     trainclusters: OnceLock<Store<DeserializeGuard<TrainCluster>>>,
+    /// Reconcile requests for other clusters (slices given back without a pod event).
+    nudges: OnceLock<futures::channel::mpsc::UnboundedSender<TrainClusterRef>>,
     /// The pod cache's relist count when it was found to have stopped showing our writes
     /// (`u64::MAX`: it has not). Until it has listed again, nothing is planned from it, by
     /// any cluster.
@@ -43,12 +46,17 @@ pub struct Context {
     memory: Mutex<HashMap<String, ClusterMemory>>,
 }
 
+/// A reference to a TrainCluster, as the controller queues it.
+pub type TrainClusterRef = kube::runtime::reflector::ObjectRef<DeserializeGuard<TrainCluster>>;
+
 /// The watched collections.
 pub struct Caches {
     /// Every pod using TPU chips or carrying `slices.dev/cluster`, in every namespace.
     pub pods: Cache<LeanPod>,
     /// Every node carrying the TPU accelerator label.
     pub nodes: Cache<LeanNode>,
+    /// Services carrying `slices.dev/cluster` (ours, or posing as ours).
+    pub services: Cache<k8s_openapi::api::core::v1::Service>,
 }
 
 /// What the operator remembers about one TrainCluster (by uid) between reconciles.
@@ -87,6 +95,7 @@ impl Context {
             recorder,
             caches: OnceLock::new(),
             trainclusters: OnceLock::new(),
+            nudges: OnceLock::new(),
             stalled_at: AtomicU64::new(u64::MAX),
             leader: AtomicBool::new(false),
             planning: Mutex::new(Planning::default()),
@@ -94,14 +103,34 @@ impl Context {
         }
     }
 
-    pub fn set_caches(&self, pods: Cache<LeanPod>, nodes: Cache<LeanNode>) {
-        if self.caches.set(Caches { pods, nodes }).is_err() {
+    pub fn set_caches(&self, caches: Caches) {
+        if self.caches.set(caches).is_err() {
             tracing::error!("caches set twice; keeping the first");
         }
     }
 
     pub fn set_trainclusters(&self, store: Store<DeserializeGuard<TrainCluster>>) {
         let _ = self.trainclusters.set(store);
+    }
+
+    /// Where [`Context::nudge_others`] sends its requests.
+    pub fn set_nudges(&self, nudges: futures::channel::mpsc::UnboundedSender<TrainClusterRef>) {
+        let _ = self.nudges.set(nudges);
+    }
+
+    /// Ask every TrainCluster but `uid` to plan again: slices were given back that no pod
+    /// event will announce (a reservation ended without pods being created on it).
+    pub fn nudge_others(&self, uid: &str) {
+        let (Some(nudges), Some(store)) = (self.nudges.get(), self.trainclusters.get()) else {
+            return;
+        };
+        for tc in store.state() {
+            let meta = kube::Resource::meta(tc.as_ref());
+            if meta.uid.as_deref() != Some(uid) {
+                let _ = nudges
+                    .unbounded_send(kube::runtime::reflector::ObjectRef::from_obj(tc.as_ref()));
+            }
+        }
     }
 
     /// The valid TrainClusters of `namespace` the controller knows.
@@ -227,7 +256,8 @@ impl Context {
             .collect();
         for tc in others.iter().filter_map(|g| g.0.as_ref().ok()) {
             let other = tc.metadata.uid.as_deref().unwrap_or_default();
-            if other == uid {
+            // Being deleted: it creates nothing more.
+            if other == uid || tc.metadata.deletion_timestamp.is_some() {
                 continue;
             }
             match all.get(other).and_then(|m| m.reserved.as_ref()) {
@@ -249,34 +279,50 @@ impl Context {
     }
 }
 
-/// The inventory the planners share, rebuilt only when a cache has moved.
+/// The inventory the planners share, kept up to date from the caches' journals: a pod or
+/// node change rebuilds its node pool's share, not the whole inventory.
 #[derive(Default)]
 pub struct Planning {
-    /// The last inventory built, with the cache versions it was built from.
-    inventory: Option<((u64, u64), std::sync::Arc<slice_core::inventory::Inventory>)>,
+    live: LiveInventory,
 }
 
 impl Planning {
-    /// The inventory of the caches as they are now: rebuilt whenever either cache has moved
-    /// since the last build (versions are read before the stores, and bumped only after a
-    /// change is in the store, so a build never misses a change its version covers).
-    pub fn inventory(
-        &mut self,
-        caches: &Caches,
-    ) -> std::sync::Arc<slice_core::inventory::Inventory> {
-        let versions = (caches.nodes.version(), caches.pods.version());
-        match &self.inventory {
-            Some((built_from, inventory)) if *built_from == versions => inventory.clone(),
+    /// The inventory of the caches as they are now. The journals are taken before the
+    /// stores are read: a change applied meanwhile is in both, and replaying it is harmless.
+    pub fn inventory(&mut self, caches: &Caches) -> Arc<Inventory> {
+        let (nodes, pods) = (journal(&caches.nodes), journal(&caches.pods));
+        match (nodes, pods) {
+            (Entries::Changes(nodes), Entries::Changes(pods)) => {
+                for change in nodes {
+                    match change {
+                        Change::Applied(node) => self.live.apply_node(node),
+                        Change::Deleted(node) => self.live.delete_node(&node.name_any()),
+                    }
+                }
+                for change in pods {
+                    match change {
+                        Change::Applied(pod) => self.live.apply_pod(pod),
+                        Change::Deleted(pod) => self.live.delete_pod(
+                            pod.metadata.namespace.as_deref().unwrap_or_default(),
+                            &pod.name_any(),
+                        ),
+                    }
+                }
+            }
+            // A cache listed again, or too much changed: start from the stores.
             _ => {
-                let inventory = std::sync::Arc::new(slice_core::inventory::Inventory::build(
-                    &caches.nodes.store.state(),
-                    &caches.pods.store.state(),
-                ));
-                self.inventory = Some((versions, inventory.clone()));
-                inventory
+                self.live =
+                    LiveInventory::new(caches.nodes.store.state(), caches.pods.store.state())
             }
         }
+        self.live.inventory()
     }
+}
+
+fn journal<K: kube::Resource<DynamicType = ()> + Clone>(cache: &Cache<K>) -> Entries<K> {
+    cache
+        .journal()
+        .map_or(Entries::Relisted, |journal| journal.take())
 }
 
 #[cfg(test)]

@@ -3,10 +3,12 @@
 //! their pods and Service, and TPU Nodes; each reconcile observes, plans and applies.
 
 pub mod apply;
+pub mod coalesce;
 pub mod config;
 pub mod context;
 pub mod error;
 pub mod events;
+pub mod execute;
 pub mod freshness;
 pub mod http;
 pub mod leader;
@@ -27,7 +29,7 @@ use kube::core::DeserializeGuard;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::oneshot;
 
 use crate::error::{Error, Result};
@@ -179,23 +181,29 @@ where
     // Lean watches: TPU pods (anyone's) and pods labelled as ours, TPU nodes; each read
     // straight into its lean view (slice_core::lean), everything else dropped on arrival.
     // See watches.rs for how freshness follows from them.
-    let pods = watches::start(
-        pod_api,
-        watcher::Config::default(),
-        watches::same_pod,
-        watches::keep_pod,
-    );
+    let pods = watches::start(pod_api, watcher::Config::default(), watches::Policy::pods());
     let nodes = watches::start(
         node_api,
         watcher::Config::default().labels(NODE_LABEL_ACCELERATOR),
-        watches::same_node,
-        watches::keep_all,
+        watches::Policy::nodes(),
+    );
+    // Our headless Services, read by every reconcile from here rather than by a GET.
+    let services = watches::start(
+        service_api,
+        watcher::Config::default().labels(LABEL_CLUSTER),
+        watches::Policy::services(),
     );
     let (pod_changes, pod_relists, pods_gone) = (pods.changes, pods.relisted, pods.deleted);
     let (node_changes, node_relists) = (nodes.changes, nodes.relisted);
     drop(nodes.deleted); // node deletions already reach every cluster of their shape
-    let _watch_tasks = AbortOnDrop(vec![pods.task, nodes.task]);
-    ctx.set_caches(pods.cache, nodes.cache);
+    let service_changes = services.changes;
+    drop((services.deleted, services.relisted));
+    let _watch_tasks = AbortOnDrop(vec![pods.task, nodes.task, services.task]);
+    ctx.set_caches(context::Caches {
+        pods: pods.cache,
+        nodes: nodes.cache,
+        services: services.cache,
+    });
 
     // Unknown is not lost: no plan before both caches have listed once.
     let caches = ctx.caches();
@@ -213,7 +221,16 @@ where
         "caches synced"
     );
 
-    let controller = Controller::new(tc_api, watcher::Config::default())
+    // A TrainCluster triggers a reconcile when it appears, when its spec (generation) or
+    // metadata moves and when it is being deleted; our own status writes do not (the
+    // operator knows what it wrote, see freshness.rs), else each one costs a reconcile.
+    let (trainclusters, writer) = reflector::store();
+    let tc_changes = watcher(tc_api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(spec_or_metadata, Default::default());
+    let controller = Controller::for_stream(tc_changes, trainclusters)
         .with_config(ControllerConfig::default().concurrency(config.concurrency));
     let trainclusters = controller.store();
     ctx.set_trainclusters(trainclusters.clone());
@@ -221,6 +238,7 @@ where
         ctx.clone(),
         trainclusters.clone(),
     ))]);
+    let watched = config.namespace.clone();
     let freed_to_clusters = {
         let (trainclusters, nodes) = (trainclusters.clone(), ctx.caches().nodes.store.clone());
         move |pod: Arc<LeanPod>| {
@@ -235,15 +253,12 @@ where
     };
     let pod_to_clusters = {
         let (trainclusters, nodes) = (trainclusters.clone(), ctx.caches().nodes.store.clone());
-        let watched = config.namespace.clone();
+        let watched = watched.clone();
         move |pod: Arc<LeanPod>| {
             // Ours: its TrainCluster. Anyone else's TPU pod: every cluster of its slice's
             // shape (the slice turned busy or free).
-            let namespace = pod.metadata.namespace.clone().unwrap_or_default();
-            if let Some((name, _)) = slice_core::inventory::train_cluster_owner(&pod)
-                && watched.as_ref().is_none_or(|w| *w == namespace)
-            {
-                return vec![ObjectRef::new(name).within(&namespace)];
+            if let Some(own) = owner_of_ours(&pod, watched.as_deref()) {
+                return vec![own];
             }
             let node = pod
                 .node_name
@@ -254,15 +269,44 @@ where
         }
     };
     let node_to_clusters = move |node: Arc<LeanNode>| clusters_of_shape(&trainclusters, &node);
+    let service_to_cluster = |svc: Arc<Service>| controller_of(&svc.metadata);
     let relists = futures::stream::select(pod_relists, node_relists);
+    let triggers = futures::stream::select_all([
+        pod_changes
+            .flat_map(move |p| {
+                let urgent = coalesce::pod_trouble(&p);
+                triggers(pod_to_clusters(p), urgent)
+            })
+            .boxed(),
+        service_changes
+            .flat_map(move |s| triggers(service_to_cluster(s), false))
+            .boxed(),
+        node_changes
+            .flat_map(move |n| triggers(node_to_clusters(n), true))
+            .boxed(),
+        // A pod gone without a graceful deletion first (force-deleted, its node removed):
+        // urgent for its own cluster; its slice is free for the others.
+        pods_gone
+            .flat_map(move |p| {
+                let abrupt = p.metadata.deletion_timestamp.is_none();
+                let own = owner_of_ours(&p, watched.as_deref()).filter(|_| abrupt);
+                let freed = triggers(freed_to_clusters(p), false);
+                triggers(own, true).chain(freed)
+            })
+            .boxed(),
+    ]);
+    let (nudge_tx, nudges) = futures::channel::mpsc::unbounded();
+    ctx.set_nudges(nudge_tx);
+    let triggers = futures::stream::select(
+        triggers,
+        nudges.map(|target| coalesce::Trigger {
+            target,
+            urgent: false,
+        }),
+    );
+    let window = std::time::Duration::from_millis(config.coalesce_ms);
     let controller = controller
-        .watches_shared_stream(pod_changes, pod_to_clusters)
-        .owns(
-            service_api,
-            watcher::Config::default().labels(LABEL_CLUSTER),
-        )
-        .watches_shared_stream(node_changes, node_to_clusters)
-        .watches_shared_stream(pods_gone, freed_to_clusters)
+        .reconcile_on(coalesce::coalesce(triggers, window))
         .reconcile_all_on(relists)
         .graceful_shutdown_on(stopped())
         .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
@@ -312,6 +356,60 @@ async fn forget_deleted(
             tracing::debug!(forgotten, "forgot deleted TrainClusters");
         }
     }
+}
+
+/// The TrainCluster a pod of ours belongs to, if its namespace is watched.
+fn owner_of_ours(
+    pod: &LeanPod,
+    watched: Option<&str>,
+) -> Option<ObjectRef<DeserializeGuard<TrainCluster>>> {
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let (name, _) = slice_core::inventory::train_cluster_owner(pod)?;
+    watched
+        .is_none_or(|w| w == namespace)
+        .then(|| ObjectRef::new(name).within(&namespace))
+}
+
+/// Each target as a trigger, urgent or not.
+fn triggers<T>(
+    targets: impl IntoIterator<Item = T>,
+    urgent: bool,
+) -> futures::stream::Iter<std::vec::IntoIter<coalesce::Trigger<T>>> {
+    let all: Vec<_> = targets
+        .into_iter()
+        .map(|target| coalesce::Trigger { target, urgent })
+        .collect();
+    futures::stream::iter(all)
+}
+
+/// What of a TrainCluster is worth a reconcile: its generation (the spec), whether it is
+/// being deleted, and its labels and annotations (a user's `kubectl annotate` asks for a
+/// look). The status is not: only the operator writes it.
+fn spec_or_metadata(tc: &DeserializeGuard<TrainCluster>) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let meta = kube::Resource::meta(tc);
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    meta.generation.hash(&mut hasher);
+    meta.deletion_timestamp.is_some().hash(&mut hasher);
+    meta.labels.hash(&mut hasher);
+    meta.annotations.hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+/// The TrainCluster controlling an object (its controller owner reference), if any.
+fn controller_of(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<ObjectRef<DeserializeGuard<TrainCluster>>> {
+    let owner = meta
+        .owner_references
+        .as_deref()?
+        .iter()
+        .find(|o| o.controller == Some(true) && o.kind == "TrainCluster")?;
+    let mut reference = ObjectRef::new(&owner.name);
+    if let Some(namespace) = &meta.namespace {
+        reference = reference.within(namespace);
+    }
+    Some(reference)
 }
 
 /// A node change matters to every TrainCluster with a group of its slice shape.

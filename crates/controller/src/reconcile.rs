@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::Service;
 use kube::api::Api;
 use kube::core::{DeserializeGuard, error_boundary::InvalidObject};
 use kube::runtime::controller::Action;
@@ -11,13 +11,13 @@ use kube::{Resource, ResourceExt};
 use tracing::{Instrument, info, info_span, warn};
 
 use super::context::Context;
+use super::execute::{self, Progress};
 use super::freshness::{EXPECTATION_TIMEOUT, Freshness};
 use super::{apply, events};
 use crate::error::{Error, Result};
 use slice_core::api::{Phase, TrainCluster, TrainClusterStatus};
-use slice_core::constants::LABEL_CLUSTER;
 use slice_core::lean::LeanPod;
-use slice_core::planner::{self, DisruptionKind, PlanInput};
+use slice_core::planner::{self, PlanInput};
 
 /// The controller's entry point. Objects that do not even deserialize as a TrainCluster are
 /// reported (event + status condition) and otherwise left alone, so one bad object never
@@ -165,83 +165,30 @@ fn uid(tc: &TrainCluster) -> String {
     tc.metadata.uid.clone().unwrap_or_default()
 }
 
-async fn reconcile_inner(tc: &TrainCluster, ctx: &Context, namespace: &str) -> Result<Action> {
-    let name = tc.name_any();
-    let uid = uid(tc);
+async fn reconcile_inner(tc: &TrainCluster, ctx: &Arc<Context>, namespace: &str) -> Result<Action> {
+    let (name, uid) = (tc.name_any(), uid(tc));
     if tc.metadata.deletion_timestamp.is_some() {
         // Owner references let the garbage collector remove the pods and the Service.
         ctx.forget(&uid);
+        if tc
+            .status
+            .iter()
+            .any(|s| s.reserved_slices().next().is_some())
+        {
+            ctx.nudge_others(&uid);
+        }
         return Ok(Action::await_change());
     }
     ctx.remember(&uid, namespace, &name);
-    // This cluster's pods only; the full snapshot is taken (and dropped) inside the planning
-    // lock, so reconciles waiting on API calls do not pin thousands of stale pod versions.
-    let pods: Vec<Arc<LeanPod>> = ctx
-        .caches()
-        .pods
-        .store
-        .state()
-        .into_iter()
-        .filter(|p| p.metadata.namespace.as_deref() == Some(namespace))
-        .filter(|p| p.label(LABEL_CLUSTER) == Some(name.as_str()))
-        .collect();
-
-    // Unknown is not lost: no plan from caches that have not (re)listed, or that stopped
-    // delivering and have not listed since.
-    if !ctx.synced() || ctx.stalled() {
-        return Ok(Action::requeue(Duration::from_secs(1)));
-    }
-    // Until the caches show our last writes, a plan would be made from stale observations.
-    let relists = ctx.caches().pods.relists();
-    let freshness = ctx.with_memory(&uid, |m| {
-        m.outstanding.check(&pods, relists, Instant::now())
-    });
-    match freshness {
-        Freshness::Fresh => {}
-        Freshness::Catching => return Ok(Action::requeue(Duration::from_millis(500))),
-        Freshness::Stalled => {
-            // The pod watch stopped delivering: never plan from it; list again.
-            warn!(timeout = ?EXPECTATION_TIMEOUT, "the pod cache has not shown our writes; relisting");
-            ctx.declare_stalled(relists);
-            ctx.with_memory(&uid, |m| m.outstanding.clear_pods());
-            ctx.caches().pods.relist();
-            return Ok(Action::requeue(Duration::from_secs(1)));
-        }
-    }
-
-    // The planner's memory is its last status: ours while the cache has not shown it.
-    let mut observed = tc.clone();
-    observed.status = planner_memory(tc, ctx, namespace, &uid).await?;
-    // Names others hold: pod names of a cluster created first, a Service we do not own.
-    let service_api: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
-    let service_name = planner::render::headless_service_name(&name);
-    let service = apply::current_service(&service_api, &service_name).await?;
-    let conflicts = name_conflicts(tc, ctx, namespace, service.as_ref());
-    let plan = {
-        // One planner at a time, and the creates it plans are expected (their slices taken)
-        // before the next one plans.
-        let mut planning = ctx.planning.lock().expect("planning lock poisoned");
-        let inventory = planning.inventory(ctx.caches());
-        let reserved = ctx.slices_taken_by_others(&uid);
-        let plan = planner::plan(&PlanInput {
-            cluster: &observed,
-            pods: &pods,
-            inventory: &inventory,
-            reserved: &reserved,
-            conflicts: &conflicts,
-            now: jiff::Timestamp::now(),
-        });
-        ctx.with_memory(&uid, |m| {
-            let pods = plan.create.iter().flat_map(|c| {
-                c.pods
-                    .iter()
-                    .filter_map(|p| p.metadata.name.clone())
-                    .map(|n| (n, c.slice.clone()))
-            });
-            m.outstanding.expect_created(pods, relists, Instant::now());
-            m.reserved = Some(plan.status.reserved_slices().map(str::to_string).collect());
-        });
-        plan
+    let Planned {
+        plan,
+        observed,
+        service,
+        conflicts,
+        relists,
+    } = match observe_and_plan(tc, ctx).await? {
+        Step::Plan(planned) => *planned,
+        Step::Wait(action) => return Ok(action),
     };
     let mut progress = Progress::default();
     let applied = apply_plan(
@@ -253,10 +200,10 @@ async fn reconcile_inner(tc: &TrainCluster, ctx: &Context, namespace: &str) -> R
         &mut progress,
     )
     .await;
-    if applied.is_err() || progress.creates < plan.create.len() {
+    if applied.is_err() || progress.created.len() < plan.create.len() {
         // Creates not made (or rolled back) are not coming; they hold no slice.
         ctx.with_memory(&uid, |m| {
-            let names = plan.create[progress.creates..].iter().flat_map(|c| &c.pods);
+            let names = progress.not_created(&plan).flat_map(|c| &c.pods);
             m.outstanding
                 .withdraw_created(names.filter_map(|p| p.metadata.name.as_deref()))
         });
@@ -278,6 +225,175 @@ async fn reconcile_inner(tc: &TrainCluster, ctx: &Context, namespace: &str) -> R
     Ok(Action::requeue(
         plan.requeue_after.map_or(resync, |d| d.min(resync)),
     ))
+}
+
+/// What a reconcile does next: wait (the caches are not ready to plan from), or apply a plan.
+pub enum Step {
+    Wait(Action),
+    Plan(Box<Planned>),
+}
+
+/// A plan and what it was made from.
+pub struct Planned {
+    pub plan: planner::Plan,
+    /// The TrainCluster with the planner's memory as its status.
+    pub observed: TrainCluster,
+    pub service: Option<Service>,
+    pub conflicts: Vec<slice_core::api::validate::FieldError>,
+    /// The pod cache's relist count the plan was made at.
+    pub relists: u64,
+}
+
+/// Observe (this cluster's pods from the index, its Service from the cache, the planner's
+/// memory) and plan, with the creates planned recorded as expected before another cluster
+/// plans. No pod or status write happens here; a GET may (the Service when the cache does
+/// not show ours, the status after a write whose outcome was lost). The planning itself runs
+/// on a blocking thread: it takes the planning lock and may rebuild the inventory.
+pub async fn observe_and_plan(tc: &TrainCluster, ctx: &Arc<Context>) -> Result<Step> {
+    let namespace = tc.namespace().unwrap_or_default();
+    let (name, uid) = (tc.name_any(), uid(tc));
+    // This cluster's pods only, from the pod cache's index: no scan of everyone's pods.
+    let pods: Vec<Arc<LeanPod>> = ctx.caches().pods.indexed(&namespace, &name);
+
+    // Unknown is not lost: no plan from caches that have not (re)listed, or that stopped
+    // delivering and have not listed since.
+    if !ctx.synced() || ctx.stalled() {
+        return Ok(Step::Wait(Action::requeue(Duration::from_secs(1))));
+    }
+    // Until the caches show our last writes, a plan would be made from stale observations.
+    let relists = ctx.caches().pods.relists();
+    let freshness = ctx.with_memory(&uid, |m| {
+        m.outstanding.check(&pods, relists, Instant::now())
+    });
+    match freshness {
+        Freshness::Fresh => {}
+        // The events of our writes trigger the next reconcile; this is only the fallback.
+        Freshness::Catching => {
+            tracing::debug!(
+                pods = pods.len(),
+                "waiting for the pod cache to show our writes"
+            );
+            return Ok(Step::Wait(Action::requeue(Duration::from_secs(2))));
+        }
+        Freshness::Stalled => {
+            // The pod watch stopped delivering: never plan from it; list again.
+            warn!(timeout = ?EXPECTATION_TIMEOUT, "the pod cache has not shown our writes; relisting");
+            ctx.declare_stalled(relists);
+            ctx.with_memory(&uid, |m| m.outstanding.clear_pods());
+            ctx.caches().pods.relist();
+            return Ok(Step::Wait(Action::requeue(Duration::from_secs(1))));
+        }
+    }
+
+    // The planner's memory is its last status: ours while the cache has not shown it.
+    let mut observed = tc.clone();
+    observed.status = planner_memory(tc, ctx, &namespace, &uid).await?;
+    // Names others hold: pod names of a cluster created first, a Service we do not own.
+    let service = headless_service(tc, ctx, &namespace).await?;
+    let conflicts = name_conflicts(tc, ctx, &namespace, service.as_ref());
+    let planning = {
+        let ctx = ctx.clone();
+        tokio::task::spawn_blocking(move || {
+            let plan = plan_locked(&ctx, &observed, &pods, &conflicts, relists);
+            (plan, observed, conflicts)
+        })
+    };
+    let (plan, observed, conflicts) = planning
+        .await
+        .map_err(|e| Error::Config(format!("the planner panicked: {e}")))?;
+    if gives_back_slices(&observed, &plan) {
+        ctx.nudge_others(&uid);
+    }
+    tracing::debug!(
+        creates = plan.create.len(),
+        deletes = plan.delete.len(),
+        requeue = ?plan.requeue_after,
+        "planned"
+    );
+    Ok(Step::Plan(Box::new(Planned {
+        plan,
+        observed,
+        service,
+        conflicts,
+        relists,
+    })))
+}
+
+/// True when the plan ends a reservation on a slice it creates nothing on: others waiting
+/// for slices hear of it from no pod event.
+fn gives_back_slices(observed: &TrainCluster, plan: &planner::Plan) -> bool {
+    let now: std::collections::HashSet<&str> = plan
+        .status
+        .reserved_slices()
+        .chain(plan.create.iter().filter_map(|c| c.slice.as_deref()))
+        .collect();
+    observed
+        .status
+        .iter()
+        .flat_map(|s| s.reserved_slices())
+        .any(|slice| !now.contains(slice))
+}
+
+/// Plan under the planning lock: one planner at a time, and the creates it plans are
+/// expected (their slices taken) and its reservations recorded before the next one plans.
+fn plan_locked(
+    ctx: &Context,
+    observed: &TrainCluster,
+    pods: &[Arc<LeanPod>],
+    conflicts: &[slice_core::api::validate::FieldError],
+    relists: u64,
+) -> planner::Plan {
+    let uid = uid(observed);
+    let mut planning = ctx.planning.lock().expect("planning lock poisoned");
+    let inventory = planning.inventory(ctx.caches());
+    let reserved = ctx.slices_taken_by_others(&uid);
+    let plan = planner::plan(&PlanInput {
+        cluster: observed,
+        pods,
+        inventory: &inventory,
+        reserved: &reserved,
+        conflicts,
+        now: jiff::Timestamp::now(),
+    });
+    ctx.with_memory(&uid, |m| {
+        let pods = plan.create.iter().flat_map(|c| {
+            c.pods
+                .iter()
+                .filter_map(|p| p.metadata.name.clone())
+                .map(|n| (n, c.slice.clone()))
+        });
+        m.outstanding.expect_created(pods, relists, Instant::now());
+        m.reserved = Some(plan.status.reserved_slices().map(str::to_string).collect());
+    });
+    plan
+}
+
+/// The cluster's headless Service: from the Service cache when it shows ours; read from the
+/// server only when it does not (not created yet, not cached yet, or someone else's Service
+/// holds the name, which the cache, watching only labelled Services, may not show).
+async fn headless_service(
+    tc: &TrainCluster,
+    ctx: &Context,
+    namespace: &str,
+) -> Result<Option<Service>> {
+    let name = planner::render::headless_service_name(&tc.name_any());
+    let reference = kube::runtime::reflector::ObjectRef::new(&name).within(namespace);
+    let cached = ctx.caches().services.store.get(&reference);
+    let ours = |svc: &Service| {
+        svc.metadata
+            .owner_references
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .any(|o| o.controller == Some(true) && Some(&o.uid) == tc.metadata.uid.as_ref())
+    };
+    match cached {
+        Some(svc) if ours(&svc) => Ok(Some(Service::clone(&svc))),
+        _ => {
+            let api: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
+            apply::current_service(&api, &name).await
+        }
+    }
 }
 
 /// How often a cluster whose names others hold looks again.
@@ -321,26 +437,6 @@ async fn planner_memory(
     }))
 }
 
-/// How far a plan's actions went: deletes and creates are applied in order.
-#[derive(Debug, Default)]
-struct Progress {
-    deletes: usize,
-    creates: usize,
-    head: bool,
-}
-
-impl Progress {
-    /// Whether the action an event reports went through.
-    fn done(&self, after: Option<planner::EventAfter>) -> bool {
-        match after {
-            None => true,
-            Some(planner::EventAfter::Delete(i)) => i < self.deletes,
-            Some(planner::EventAfter::Create(i)) => i < self.creates,
-            Some(planner::EventAfter::Head) => self.head,
-        }
-    }
-}
-
 /// Apply a plan: the Service, the status, deletes, then creates; then the events of what
 /// went through. A create the API server rejects becomes a condition (see
 /// `planner::creates`), not an error: retrying at once cannot help.
@@ -364,7 +460,7 @@ async fn apply_plan(
             info!(phase = ?plan.status.phase, desired = plan.status.desired_slices, ready = plan.status.ready_slices, "phase changed");
         }
     }
-    let acted = apply_pods(ctx, tc, plan, relists, progress).await;
+    let acted = execute::apply_pods(ctx, tc, plan, relists, progress).await;
     // After the actions (the status change above is one): an event says what happened.
     let done: Vec<_> = plan
         .events
@@ -393,7 +489,7 @@ async fn apply_plan(
             Ok(())
         }
         Err(e) => Err(e),
-        Ok(()) if progress.creates > 0 || progress.head => {
+        Ok(()) if !progress.created.is_empty() || progress.head => {
             use planner::creates::{Created, clear};
             let spares = plan.create.iter().any(|c| c.spare);
             let workers = progress.head || plan.create.iter().any(|c| !c.spare);
@@ -427,82 +523,29 @@ async fn write_memory(
     Ok(())
 }
 
-/// Deletes, then creates, then the head pod.
-async fn apply_pods(
-    ctx: &Context,
-    tc: &TrainCluster,
-    plan: &planner::Plan,
-    relists: u64,
-    progress: &mut Progress,
-) -> Result<()> {
-    let (namespace, uid) = (tc.namespace().unwrap_or_default(), uid(tc));
-    let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
-    let disruption = plan
-        .delete
-        .iter()
-        .any(|d| d.reason.kind() != DisruptionKind::Maintenance);
-    if disruption {
-        ctx.with_memory(&uid, |m| {
-            m.disrupted_since.get_or_insert_with(Instant::now);
-        });
-    }
-    for delete in &plan.delete {
-        let uids = apply::delete_group(&pod_api, delete, ctx.config.api_concurrency).await?;
-        info!(group = %delete.group, replica = ?delete.replica, reason = delete.reason.code(), "deleted group: {}", delete.reason);
-        ctx.metrics
-            .groups_deleted
-            .get_or_create(&super::metrics::ReasonLabels {
-                reason: delete.reason.code().into(),
-            })
-            .inc();
-        ctx.with_memory(&uid, |m| {
-            m.outstanding
-                .expect_deleted(uids, delete.reason.force(), relists, Instant::now())
-        });
-        progress.deletes += 1;
-    }
-    // Workers, then the head, then hot spares (planned last): a refused placeholder never
-    // keeps a worker or the head from being created.
-    let workers = plan.create.iter().take_while(|c| !c.spare).count();
-    for (i, create) in plan.create.iter().enumerate() {
-        if i == workers {
-            create_head(&pod_api, plan.create_head.as_ref(), progress).await?;
-        }
-        apply::create_group(&pod_api, create, ctx.config.api_concurrency).await?;
-        progress.creates += 1;
-        if create.spare {
-            info!(group = %create.group, spare = create.replica, slice = ?create.slice, pods = create.pods.len(), "holding a hot spare");
-        } else {
-            info!(group = %create.group, replica = create.replica, epoch = create.epoch, slice = ?create.slice, pods = create.pods.len(), "created group");
-            ctx.metrics.groups_created.inc();
-        }
-    }
-    if workers == plan.create.len() {
-        create_head(&pod_api, plan.create_head.as_ref(), progress).await?;
-    }
-    Ok(())
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use slice_core::api::Membership;
+    use slice_core::testing::{World, train_cluster, v6e_pools};
 
-async fn create_head(
-    pod_api: &Api<Pod>,
-    head: Option<&Pod>,
-    progress: &mut Progress,
-) -> Result<()> {
-    let Some(pod) = head else { return Ok(()) };
-    let params = kube::api::PostParams {
-        field_manager: Some(slice_core::constants::FIELD_MANAGER.into()),
-        ..Default::default()
-    };
-    match apply::bounded(pod_api.create(&params, pod)).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(e) => {
-            return Err(match apply::rejection(&e) {
-                Some(message) => Error::HeadRejected(message),
-                None => e.into(),
-            });
-        }
+    #[test]
+    fn ending_a_reservation_without_creating_on_it_is_news_for_the_others() {
+        let world = World::new(train_cluster(Membership::Multislice, 1, 2), v6e_pools(2));
+        let mut plan = world.plan();
+        assert_eq!(plan.create.len(), 2);
+        let mut observed = world.cluster.clone();
+        let mut reserving = plan.status.clone();
+        reserving.groups[0].reserved_slices = vec!["pool-0".into(), "pool-1".into()];
+        observed.status = Some(reserving.clone());
+        plan.status.release_reservations();
+        assert!(
+            !gives_back_slices(&observed, &plan),
+            "created on: pods say so"
+        );
+        plan.create.clear();
+        assert!(gives_back_slices(&observed, &plan));
+        plan.status = reserving;
+        assert!(!gives_back_slices(&observed, &plan), "still kept");
     }
-    progress.head = true;
-    Ok(())
 }

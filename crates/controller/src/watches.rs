@@ -25,6 +25,14 @@ use serde::de::DeserializeOwned;
 use slice_core::lean::{LeanNode, LeanPod};
 use tokio::sync::Notify;
 
+mod index;
+mod journal;
+pub use index::{Index, IndexKey};
+pub use journal::{Change, Entries, Journal, SharedJournal};
+
+/// Changes a journal keeps for its consumer before it asks for a fresh read of the store.
+pub const JOURNAL_CAPACITY: usize = 50_000;
+
 /// One watched collection: its store, how far it has moved, and whether it has synced.
 pub struct Cache<K: Resource<DynamicType = ()> + 'static> {
     pub store: Store<K>,
@@ -32,9 +40,25 @@ pub struct Cache<K: Resource<DynamicType = ()> + 'static> {
     relists: Arc<AtomicU64>,
     synced: Arc<AtomicBool>,
     relist: Arc<Notify>,
+    index: Option<Arc<Index<K>>>,
+    journal: Option<SharedJournal<K>>,
 }
 
 impl<K: Resource<DynamicType = ()> + Clone + 'static> Cache<K> {
+    /// The changes applied since the journal's consumer last took them (see
+    /// [`Policy::journal`]).
+    pub fn journal(&self) -> Option<&Journal<K>> {
+        self.journal.as_deref()
+    }
+
+    /// The objects the index files under `(namespace, name)`; none without an index.
+    pub fn indexed(&self, namespace: &str, name: &str) -> Vec<Arc<K>> {
+        self.index
+            .as_ref()
+            .map(|index| index.get(namespace, name))
+            .unwrap_or_default()
+    }
+
     /// Bumped after every applied change the planner can see (never before the store has it).
     pub fn version(&self) -> u64 {
         self.version.load(Ordering::Acquire)
@@ -69,17 +93,84 @@ pub struct Watch<K: Resource<DynamicType = ()> + 'static> {
     pub task: tokio::task::JoinHandle<()>,
 }
 
-/// Start watching `api` in a task of its own. `same_for_planner(old, new)` says whether an
-/// update changes nothing the planner reads (then nothing is triggered); objects for which
-/// `keep` is false are never stored (one that stops being kept is removed).
-pub fn start<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    same_for_planner: fn(&K, &K) -> bool,
-    keep: fn(&K) -> bool,
-) -> Watch<K>
+/// How a watch treats its objects.
+pub struct Policy<K> {
+    /// Whether an update changes nothing the planner reads (then nothing is triggered).
+    pub same_for_planner: fn(&K, &K) -> bool,
+    /// Objects for which this is false are never stored (one that stops being kept is
+    /// removed).
+    pub keep: fn(&K) -> bool,
+    /// The key of a secondary index ([`Cache::indexed`]), if one is kept.
+    pub index: Option<fn(&K) -> Option<IndexKey>>,
+    /// Whether to keep a journal of the changes the planner can see ([`Cache::journal`]).
+    pub journal: bool,
+}
+
+impl Policy<LeanPod> {
+    /// The operator's pod watch: TPU pods and ours, indexed by TrainCluster, journaled for
+    /// the live inventory.
+    pub fn pods() -> Policy<LeanPod> {
+        Policy {
+            same_for_planner: same_pod,
+            keep: keep_pod,
+            index: Some(pod_cluster),
+            journal: true,
+        }
+    }
+}
+
+impl Policy<LeanNode> {
+    /// The operator's node watch: TPU nodes, journaled for the live inventory.
+    pub fn nodes() -> Policy<LeanNode> {
+        Policy {
+            same_for_planner: same_node,
+            keep: keep_all,
+            index: None,
+            journal: true,
+        }
+    }
+}
+
+impl Policy<k8s_openapi::api::core::v1::Service> {
+    /// The operator's Service watch: labelled Services, read by name from the store.
+    pub fn services() -> Policy<k8s_openapi::api::core::v1::Service> {
+        Policy {
+            same_for_planner: |_, _| false,
+            keep: keep_all,
+            index: None,
+            journal: false,
+        }
+    }
+}
+
+/// Start watching `api` in a task of its own, as `policy` says.
+pub fn start<K>(api: Api<K>, config: watcher::Config, policy: Policy<K>) -> Watch<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync,
+{
+    let (cache, state, (changes, deleted, relisted)) = parts(policy);
+    let relist = cache.relist.clone();
+    let task = tokio::spawn(run(api, config, state, relist));
+    Watch {
+        cache,
+        changes,
+        deleted,
+        relisted,
+        task,
+    }
+}
+
+/// What a watch hands the controller, beside the cache.
+type Channels<K> = (
+    mpsc::UnboundedReceiver<Arc<K>>,
+    mpsc::UnboundedReceiver<Arc<K>>,
+    mpsc::UnboundedReceiver<()>,
+);
+
+/// A cache, the state that feeds it, and the channels its changes go to.
+fn parts<K>(policy: Policy<K>) -> (Cache<K>, WatchState<K>, Channels<K>)
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
 {
     let (reader, writer) = store::<K>();
     let version = Arc::new(AtomicU64::new(0));
@@ -89,6 +180,10 @@ where
     let (change_tx, changes) = mpsc::unbounded();
     let (deleted_tx, deleted) = mpsc::unbounded();
     let (relist_tx, relisted) = mpsc::unbounded();
+    let index = policy.index.map(|key| Arc::new(Index::new(key)));
+    let journal = policy
+        .journal
+        .then(|| Arc::new(Journal::new(JOURNAL_CAPACITY)));
     let state = WatchState {
         writer,
         reader: reader.clone(),
@@ -98,22 +193,49 @@ where
         change_tx,
         deleted_tx,
         relist_tx,
-        same_for_planner,
-        keep,
+        same_for_planner: policy.same_for_planner,
+        keep: policy.keep,
+        index: index.clone(),
+        journal: journal.clone(),
     };
-    let task = tokio::spawn(run(api, config, state, relist.clone()));
-    Watch {
-        cache: Cache {
-            store: reader,
-            version,
-            relists,
-            synced,
-            relist,
-        },
-        changes,
-        deleted,
-        relisted,
-        task,
+    let cache = Cache {
+        store: reader,
+        version,
+        relists,
+        synced,
+        relist,
+        index,
+        journal,
+    };
+    (cache, state, (changes, deleted, relisted))
+}
+
+/// A cache fed by hand rather than by a watch: for benchmarks and tests of what reads the
+/// caches. Events go through the same path as a watch's (store, index, version).
+pub struct Feed<K: Resource<DynamicType = ()> + Clone + 'static>(WatchState<K>);
+
+impl<K> Feed<K>
+where
+    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
+{
+    /// A cache and its feed, treating objects as `policy` says; nothing listed yet.
+    pub fn new(policy: Policy<K>) -> (Cache<K>, Feed<K>) {
+        let (cache, state, _channels) = parts(policy);
+        (cache, Feed(state))
+    }
+
+    /// Apply one watch event, as the watch task would.
+    pub fn apply(&mut self, event: watcher::Event<K>) {
+        self.0.apply(event);
+    }
+
+    /// A complete list of `objects`.
+    pub fn list(&mut self, objects: impl IntoIterator<Item = K>) {
+        self.apply(watcher::Event::Init);
+        for obj in objects {
+            self.apply(watcher::Event::InitApply(obj));
+        }
+        self.apply(watcher::Event::InitDone);
     }
 }
 
@@ -128,6 +250,8 @@ struct WatchState<K: Resource<DynamicType = ()> + Clone + 'static> {
     relist_tx: mpsc::UnboundedSender<()>,
     same_for_planner: fn(&K, &K) -> bool,
     keep: fn(&K) -> bool,
+    index: Option<Arc<Index<K>>>,
+    journal: Option<SharedJournal<K>>,
 }
 
 async fn run<K>(api: Api<K>, config: watcher::Config, mut state: WatchState<K>, relist: Arc<Notify>)
@@ -164,14 +288,17 @@ where
         let Some(event) = self.kept(event) else {
             return;
         };
-        let changed = match &event {
-            watcher::Event::Apply(obj) => {
-                let old = self.reader.get(&ObjectRef::from_obj(obj));
-                match old {
-                    Some(old) if (self.same_for_planner)(&old, obj) => None,
-                    _ => Some(obj.clone()),
-                }
+        let previous = match &event {
+            watcher::Event::Apply(obj) | watcher::Event::Delete(obj) => {
+                self.reader.get(&ObjectRef::from_obj(obj))
             }
+            _ => None,
+        };
+        let changed = match &event {
+            watcher::Event::Apply(obj) => match &previous {
+                Some(old) if (self.same_for_planner)(old, obj) => None,
+                _ => Some(obj.clone()),
+            },
             watcher::Event::Delete(obj) => Some(obj.clone()),
             watcher::Event::Init => {
                 self.synced.store(false, Ordering::Release);
@@ -181,6 +308,12 @@ where
             watcher::Event::InitDone => None,
         };
         self.writer.apply_watcher_event(&event);
+        if let Some(index) = &self.index {
+            index.follow(&event, previous.as_ref(), &self.reader);
+        }
+        if let Some(journal) = &self.journal {
+            self.record(journal, &event, changed.is_some(), previous);
+        }
         let relisted = matches!(event, watcher::Event::InitDone);
         if changed.is_some() || relisted {
             self.version.fetch_add(1, Ordering::AcqRel);
@@ -204,6 +337,29 @@ impl<K> WatchState<K>
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
+    /// Journal an event the store has just applied, if the planner can see it: the stored
+    /// object itself (no copy), or the one the store held before a deletion.
+    fn record(
+        &self,
+        journal: &Journal<K>,
+        event: &watcher::Event<K>,
+        changed: bool,
+        previous: Option<Arc<K>>,
+    ) {
+        match event {
+            watcher::Event::Apply(obj) if changed => {
+                if let Some(stored) = self.reader.get(&ObjectRef::from_obj(obj)) {
+                    journal.push(Change::Applied(stored));
+                }
+            }
+            watcher::Event::Delete(obj) => journal.push(Change::Deleted(
+                previous.unwrap_or_else(|| Arc::new(obj.clone())),
+            )),
+            watcher::Event::InitDone => journal.relisted(),
+            _ => {}
+        }
+    }
+
     /// The event as the store should see it: objects not kept are dropped, or removed if the
     /// store holds them (they were kept before).
     fn kept(&self, event: watcher::Event<K>) -> Option<watcher::Event<K>> {
@@ -226,6 +382,12 @@ where
 /// as ours). Everything else is dropped as it arrives.
 pub fn keep_pod(pod: &LeanPod) -> bool {
     pod.requests_tpu || pod.label(slice_core::constants::LABEL_CLUSTER).is_some()
+}
+
+/// Our pods by namespace and TrainCluster (the `slices.dev/cluster` label).
+pub fn pod_cluster(pod: &LeanPod) -> Option<IndexKey> {
+    let cluster = pod.label(slice_core::constants::LABEL_CLUSTER)?;
+    Some((pod.metadata.namespace.clone()?, cluster.to_string()))
 }
 
 /// Every node the watch's selector delivers.
@@ -257,120 +419,4 @@ fn same_but_version<T: Clone + PartialEq>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use slice_core::lean::ReadyCondition;
-
-    fn node(rv: &str, ready: bool) -> LeanNode {
-        let mut n = LeanNode::default();
-        n.metadata.name = Some("n".into());
-        n.metadata.resource_version = Some(rv.into());
-        n.ready = Some(ReadyCondition {
-            is_true: ready,
-            since: None,
-        });
-        n.tpu_chips = 4;
-        n
-    }
-
-    #[test]
-    fn a_heartbeat_is_the_same_node_for_the_planner() {
-        assert!(same_node(&node("1", true), &node("2", true)));
-    }
-
-    #[test]
-    fn readiness_chips_and_taints_are_news() {
-        assert!(!same_node(&node("1", true), &node("2", false)));
-        let mut fewer = node("2", true);
-        fewer.tpu_chips = 0;
-        assert!(!same_node(&node("1", true), &fewer));
-        let mut tainted = node("2", true);
-        tainted
-            .taint_keys
-            .push("node.kubernetes.io/unreachable".into());
-        assert!(!same_node(&node("1", true), &tainted));
-    }
-
-    fn pod(name: &str, tpu: bool, ours: bool) -> LeanPod {
-        let mut p = LeanPod::default();
-        p.metadata.name = Some(name.into());
-        p.metadata.namespace = Some("ns".into());
-        p.requests_tpu = tpu;
-        if ours {
-            p.metadata.labels = Some(
-                [(
-                    slice_core::constants::LABEL_CLUSTER.to_string(),
-                    "c".to_string(),
-                )]
-                .into(),
-            );
-        }
-        p
-    }
-
-    fn pod_watch_state() -> (WatchState<LeanPod>, mpsc::UnboundedReceiver<Arc<LeanPod>>) {
-        let (reader, writer) = store::<LeanPod>();
-        let (change_tx, changes) = mpsc::unbounded();
-        let state = WatchState {
-            writer,
-            reader,
-            version: Default::default(),
-            relists: Default::default(),
-            synced: Default::default(),
-            change_tx,
-            deleted_tx: mpsc::unbounded().0,
-            relist_tx: mpsc::unbounded().0,
-            same_for_planner: same_pod,
-            keep: keep_pod,
-        };
-        (state, changes)
-    }
-
-    #[test]
-    fn pods_without_tpus_or_our_labels_are_never_stored_nor_trigger_anything() {
-        let (mut state, mut changes) = pod_watch_state();
-        state.apply(watcher::Event::Init);
-        for p in [
-            pod("web", false, false),
-            pod("job", true, false),
-            pod("ours", false, true),
-        ] {
-            state.apply(watcher::Event::InitApply(p));
-        }
-        state.apply(watcher::Event::InitDone);
-        let mut stored: Vec<String> = state
-            .reader
-            .state()
-            .iter()
-            .map(|p| p.name().into())
-            .collect();
-        stored.sort();
-        assert_eq!(stored, ["job", "ours"]);
-        let version = state.version.load(Ordering::Acquire);
-        state.apply(watcher::Event::Apply(pod("web2", false, false)));
-        state.apply(watcher::Event::Delete(pod("web", false, false)));
-        assert_eq!(state.version.load(Ordering::Acquire), version);
-        assert!(changes.try_recv().is_err(), "nothing queued");
-    }
-
-    #[test]
-    fn a_pod_that_stops_being_kept_leaves_the_store() {
-        let (mut state, _changes) = pod_watch_state();
-        state.apply(watcher::Event::Apply(pod("x", false, true)));
-        assert_eq!(state.reader.len(), 1);
-        // Its labels were removed by someone: no longer ours, no TPU.
-        state.apply(watcher::Event::Apply(pod("x", false, false)));
-        assert_eq!(state.reader.len(), 0);
-    }
-
-    #[test]
-    fn a_pod_turning_ready_is_news() {
-        let mut a = LeanPod::default();
-        a.metadata.resource_version = Some("1".into());
-        let mut b = a.clone();
-        b.metadata.resource_version = Some("2".into());
-        assert!(same_pod(&a, &b));
-        b.ready = true;
-        assert!(!same_pod(&a, &b));
-    }
-}
+mod tests;

@@ -74,6 +74,11 @@ async fn wait_complete(
     .await
 }
 
+/// Reconciles the operator has finished (started ones are counted when they end).
+fn reconciles(env: &Env) -> u64 {
+    harness::operator_metric(env, 0, "slice_operator_reconcile_duration_seconds_count")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_64_slice_multislice_job_of_1024_pods_restarts_once_and_recovers_fully() {
     let options = EnvOptions {
@@ -94,10 +99,17 @@ async fn a_64_slice_multislice_job_of_1024_pods_restarts_once_and_recovers_fully
     let mut tc = env.train_cluster(NAME, Membership::Multislice, SLICES, SLICES);
     tc.spec.worker_groups[0] =
         slice_core::testing::tpu_group("workers", V6E, "8x8", 4, SLICES, SLICES);
+    let reconciles_before = reconciles(&env);
     let started = Instant::now();
     env.create(&tc).await;
     let (tc, pods) = wait_complete(&env, None, Duration::from_secs(120)).await;
     let up = started.elapsed();
+    // Pod events come by the thousand; they coalesce into a handful of reconciles.
+    let creation_reconciles = reconciles(&env) - reconciles_before;
+    assert!(
+        creation_reconciles <= 10,
+        "{creation_reconciles} reconciles to create a 64-slice cluster"
+    );
     let status = tc.status.unwrap();
     assert_eq!((status.restarts, status.preemptions), (0, 0));
     let old_epoch = label(&pods[0], LABEL_EPOCH);
@@ -146,7 +158,8 @@ async fn a_64_slice_multislice_job_of_1024_pods_restarts_once_and_recovers_fully
     assert_eq!(deleted.len(), PODS, "every old pod deleted");
 
     println!(
-        "multislice scale: {PODS} pods Running in {:.1} s; recovered from one failed pod in {:.1} s",
+        "multislice scale: {PODS} pods Running in {:.1} s after {creation_reconciles} reconciles; \
+         recovered from one failed pod in {:.1} s",
         up.as_secs_f64(),
         recovered.as_secs_f64()
     );

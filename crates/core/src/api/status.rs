@@ -82,6 +82,13 @@ impl TrainClusterStatus {
             .iter()
             .flat_map(|g| g.reserved_slices.iter().map(String::as_str))
     }
+
+    /// Give every reserved slice back: the cluster will not (re)create replicas now.
+    pub fn release_reservations(&mut self) {
+        for group in &mut self.groups {
+            group.reserved_slices.clear();
+        }
+    }
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -1,6 +1,7 @@
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use super::*;
+use crate::constants::*;
 use crate::testing::*;
 
 fn arcs(nodes: Vec<Node>) -> Vec<Arc<LeanNode>> {
@@ -263,7 +264,9 @@ fn contenders_are_ordered_by_their_earliest_claim_whatever_the_pod_order() {
         Arc::new(LeanPod::from(&pod))
     };
     let late_x = created(full_worker_pod("x", 0, "a-0"), 20);
-    let early_x = created(full_worker_pod("x", 0, "a-1"), 5);
+    let mut early_x = full_worker_pod("x", 0, "a-1");
+    early_x.metadata.name = Some("x-w-0-1".into()); // names are unique in a namespace
+    let early_x = created(early_x, 5);
     let y = created(full_worker_pod("y", 0, "a-2"), 10);
     for pods in [
         vec![late_x.clone(), y.clone(), early_x.clone()],

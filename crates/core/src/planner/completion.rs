@@ -49,6 +49,7 @@ impl Planner<'_> {
         mut status: TrainClusterStatus,
         reason: &str,
     ) -> Plan {
+        status.release_reservations();
         let generation = self.tc.metadata.generation;
         let message = match reason {
             "HeadSucceeded" => "the head pod exited 0".to_string(),
@@ -99,6 +100,7 @@ impl Planner<'_> {
     /// every pod goes once the TTL has passed. The status stays as it was.
     pub(super) fn wind_down(mut self, pods: &[PodFacts<'_>]) -> Plan {
         self.plan.status = self.previous.clone();
+        self.plan.status.release_reservations();
         self.wind_down_pods(pods);
         self.plan.requeue_after = super::assemble::requeue_after(self.wake, self.now);
         self.plan

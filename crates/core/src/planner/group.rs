@@ -121,7 +121,9 @@ impl<'a> Planner<'a> {
             sets: spare_sets,
             swapped,
         });
-        memory.reserved_slices = reserve(&usable, sizing.target, kept.len(), failed || finishing);
+        // Not while creates are refused (quota, a webhook): they may be refused for long.
+        let idle = failed || finishing || self.create_hold.is_some();
+        memory.reserved_slices = reserve(&usable, sizing.target, kept.len(), idle);
         let still_wanted = (sizing.target as usize).saturating_sub(kept.len() + created.len());
         self.promise(&free, still_wanted);
 

@@ -221,6 +221,8 @@ fn invalid_plan(
         .join("; ");
     let mut plan = Plan::empty(service);
     plan.status = previous.clone();
+    // Nothing is created until the spec is fixed: no slice is kept from others meanwhile.
+    plan.status.release_reservations();
     plan.status.phase = Phase::Invalid;
     plan.status.observed_generation = tc.metadata.generation;
     let changed = status::set_condition(

@@ -102,7 +102,8 @@ impl<'a> Planner<'a> {
             let held_by_us = mine.pods.contains(slice.id.as_str())
                 || (mine.reserved.contains(slice.id.as_str())
                     && slice.is_free()
-                    && slice.is_ready())
+                    && slice.is_ready()
+                    && !self.claimed.contains(&slice.id))
                 || match &slice.occupancy {
                     Occupancy::Held(h) => ours(h),
                     Occupancy::Contended(hs) => ours(&hs[0]),

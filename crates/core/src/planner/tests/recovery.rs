@@ -362,3 +362,77 @@ fn a_restart_keeps_its_slices_from_others_while_its_old_pods_go_one_slice_at_a_t
         assert!(plan_of_a_waiting_neighbour(&world).create.is_empty());
     }
 }
+
+/// A restart in progress: the status written, pool-1's pods gone, the rest stopping.
+fn mid_restart(membership: Membership) -> World {
+    let mut world = World::new(train_cluster(membership, 1, 3), v6e_pools(3));
+    world.settle(5);
+    fail_pod(world.pod_mut("demo-workers-1-0"));
+    let restart = world.plan();
+    write_status_only(&mut world, &restart);
+    let leaving: Vec<String> = restart
+        .delete
+        .iter()
+        .flat_map(|d| d.pods.iter().map(|p| p.name.clone()))
+        .collect();
+    mark_terminating(&mut world, &leaving);
+    world
+        .pods
+        .retain(|p| World::label_of(p, LABEL_SLICE).as_deref() != Some("pool-1"));
+    assert!(world.status().reserved_slices().next().is_some());
+    world
+}
+
+#[test]
+fn no_slice_stays_reserved_while_creates_are_refused_or_the_spec_is_invalid() {
+    // Creates refused (a quota, a webhook): they may be refused for hours.
+    let mut world = mid_restart(Membership::Multislice);
+    world.pods.clear();
+    let status = world.status();
+    let (refused, _) = creates::record_rejection(
+        &status,
+        "pod demo-workers-0-0",
+        "exceeded quota",
+        world.cluster.metadata.generation,
+        world.now,
+    );
+    world.cluster.status = Some(refused);
+    let held = world.plan();
+    assert!(held.create.is_empty(), "held back");
+    assert_eq!(held.status.reserved_slices().count(), 0, "refused creates");
+    world.cluster.status = Some(held.status.clone());
+    assert_eq!(plan_of_a_waiting_neighbour(&world).create.len(), 1);
+
+    // The spec turned invalid mid-restart.
+    let mut world = mid_restart(Membership::Multislice);
+    world.cluster.spec.worker_groups[0].slices.min = 5;
+    world.cluster.metadata.generation = Some(2);
+    let invalid = world.plan();
+    assert_eq!(invalid.status.phase, Phase::Invalid);
+    assert_eq!(invalid.status.reserved_slices().count(), 0, "invalid spec");
+}
+
+#[test]
+fn a_reserved_slice_another_cluster_was_just_given_is_not_taken_back() {
+    let mut world = mid_restart(Membership::Independent);
+    world.now += secs(600); // past the restart backoff
+    assert_eq!(world.plan().create.len(), 1, "the replacement is due");
+    let (nodes, pods) = world.observed();
+    let inventory = crate::inventory::Inventory::build(&nodes, &pods);
+    // Another cluster's pending create was placed on pool-1 (the status saying otherwise
+    // was never written).
+    let reserved = HashSet::from(["pool-1".to_string()]);
+    let plan = plan(&PlanInput {
+        cluster: &world.cluster,
+        pods: &pods,
+        inventory: &inventory,
+        reserved: &reserved,
+        conflicts: &[],
+        now: world.now,
+    });
+    assert!(
+        plan.create.is_empty(),
+        "{:?}",
+        plan.create.iter().map(|c| &c.slice).collect::<Vec<_>>()
+    );
+}

@@ -1,0 +1,176 @@
+//! Carrying out a plan's pod actions: every group's deletes at once, then every worker
+//! group's creates at once, then the head, then hot spares; all pod calls of the plan share
+//! one limit (`--api-concurrency`). What went through is recorded in [`Progress`], so that
+//! only the events of actions that happened are published and only the creates that were not
+//! made are withdrawn from the expectations.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use futures::future::join_all;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::Api;
+use slice_core::api::TrainCluster;
+use slice_core::planner::{self, DisruptionKind, GroupCreate};
+use tracing::info;
+
+use crate::apply::{self, CallLimit};
+use crate::context::Context;
+use crate::error::{Error, Result};
+
+/// Which of a plan's actions went through (by index in the plan).
+#[derive(Debug, Default)]
+pub struct Progress {
+    pub deleted: BTreeSet<usize>,
+    pub created: BTreeSet<usize>,
+    pub head: bool,
+}
+
+impl Progress {
+    /// Whether the action an event reports went through.
+    pub fn done(&self, after: Option<planner::EventAfter>) -> bool {
+        match after {
+            None => true,
+            Some(planner::EventAfter::Delete(i)) => self.deleted.contains(&i),
+            Some(planner::EventAfter::Create(i)) => self.created.contains(&i),
+            Some(planner::EventAfter::Head) => self.head,
+        }
+    }
+
+    /// The planned creates that were not made.
+    pub fn not_created<'p>(
+        &self,
+        plan: &'p planner::Plan,
+    ) -> impl Iterator<Item = &'p GroupCreate> {
+        plan.create
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !self.created.contains(i))
+            .map(|(_, c)| c)
+    }
+}
+
+/// Deletes, then creates, then the head pod, then spares. On a failure the actions that
+/// went through are still recorded, and the first failure (in plan order) is returned.
+pub async fn apply_pods(
+    ctx: &Context,
+    tc: &TrainCluster,
+    plan: &planner::Plan,
+    relists: u64,
+    progress: &mut Progress,
+) -> Result<()> {
+    let (namespace, uid) = (
+        tc.namespace().unwrap_or_default(),
+        tc.metadata.uid.clone().unwrap_or_default(),
+    );
+    let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    let limit = CallLimit::new(ctx.config.api_concurrency.max(1));
+    let disruption = plan
+        .delete
+        .iter()
+        .any(|d| d.reason.kind() != DisruptionKind::Maintenance);
+    if disruption {
+        ctx.with_memory(&uid, |m| {
+            m.disrupted_since.get_or_insert_with(Instant::now);
+        });
+    }
+    let deletes = plan
+        .delete
+        .iter()
+        .map(|d| apply::delete_group(&pod_api, d, &limit));
+    let mut first_error = None;
+    for (i, result) in join_all(deletes).await.into_iter().enumerate() {
+        let delete = &plan.delete[i];
+        let uids = match result {
+            Ok(uids) => uids,
+            Err(e) => {
+                first_error.get_or_insert(e);
+                continue;
+            }
+        };
+        info!(group = %delete.group, replica = ?delete.replica, reason = delete.reason.code(), "deleted group: {}", delete.reason);
+        ctx.metrics
+            .groups_deleted
+            .get_or_create(&crate::metrics::ReasonLabels {
+                reason: delete.reason.code().into(),
+            })
+            .inc();
+        ctx.with_memory(&uid, |m| {
+            m.outstanding
+                .expect_deleted(uids, delete.reason.force(), relists, Instant::now())
+        });
+        progress.deleted.insert(i);
+    }
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    // Workers, then the head, then hot spares (planned last): a refused placeholder never
+    // keeps a worker or the head from being created.
+    let workers = plan.create.iter().take_while(|c| !c.spare).count();
+    create_groups(ctx, &pod_api, plan, 0..workers, &limit, progress).await?;
+    create_head(&pod_api, plan.create_head.as_ref(), progress).await?;
+    create_groups(
+        ctx,
+        &pod_api,
+        plan,
+        workers..plan.create.len(),
+        &limit,
+        progress,
+    )
+    .await
+}
+
+/// Create the groups `range` of the plan, all at once within `limit`.
+async fn create_groups(
+    ctx: &Context,
+    pod_api: &Api<Pod>,
+    plan: &planner::Plan,
+    range: std::ops::Range<usize>,
+    limit: &CallLimit,
+    progress: &mut Progress,
+) -> Result<()> {
+    let creates = range
+        .clone()
+        .map(|i| apply::create_group(pod_api, &plan.create[i], limit));
+    let mut first_error = None;
+    for (i, result) in range.zip(join_all(creates).await) {
+        if let Err(e) = result {
+            first_error.get_or_insert(e);
+            continue;
+        }
+        progress.created.insert(i);
+        let create = &plan.create[i];
+        if create.spare {
+            info!(group = %create.group, spare = create.replica, slice = ?create.slice, pods = create.pods.len(), "holding a hot spare");
+        } else {
+            info!(group = %create.group, replica = create.replica, epoch = create.epoch, slice = ?create.slice, pods = create.pods.len(), "created group");
+            ctx.metrics.groups_created.inc();
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+async fn create_head(
+    pod_api: &Api<Pod>,
+    head: Option<&Pod>,
+    progress: &mut Progress,
+) -> Result<()> {
+    let Some(pod) = head else { return Ok(()) };
+    let params = kube::api::PostParams {
+        field_manager: Some(slice_core::constants::FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match apply::bounded(pod_api.create(&params, pod)).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => {
+            return Err(match apply::rejection(&e) {
+                Some(message) => Error::HeadRejected(message),
+                None => e.into(),
+            });
+        }
+    }
+    progress.head = true;
+    Ok(())
+}

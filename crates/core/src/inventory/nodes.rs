@@ -1,0 +1,159 @@
+//! What one Node says about its slice: which slice it belongs to, its chips, its health.
+
+use super::{FastMap, NodeHealth};
+use crate::constants::*;
+use crate::lean::{LeanNode, LeanPod};
+use crate::tpu::Topology;
+
+pub(super) struct NodeObservation {
+    pub name: String,
+    pub slice_id: String,
+    pub accelerator: String,
+    pub topology: String,
+    pub chips: u32,
+    pub hosts_expected: u32,
+    pub single_host: bool,
+    pub label_problem: Option<String>,
+    pub health: NodeHealth,
+}
+
+/// Chips per host of each node pool, from the nodes that report them. A node whose device
+/// plugin is re-registering reports none for a while; it still has its pool's chips.
+pub(super) fn chips_by_pool<'a>(nodes: &[&'a LeanNode]) -> FastMap<&'a str, u32> {
+    let mut chips = FastMap::default();
+    for &node in nodes.iter().filter(|n| n.tpu_chips > 0) {
+        if let Some(pool) = node.label(NODE_LABEL_NODEPOOL) {
+            chips.entry(pool).or_insert(node.tpu_chips);
+        }
+    }
+    chips
+}
+
+pub(super) fn observe_node(
+    node: &LeanNode,
+    pool_chips: &FastMap<&str, u32>,
+) -> Option<NodeObservation> {
+    let name = node.metadata.name.clone()?;
+    let accelerator = node.label(NODE_LABEL_ACCELERATOR)?.to_string();
+    let topology = node
+        .label(NODE_LABEL_TOPOLOGY)
+        .unwrap_or_default()
+        .to_string();
+    let pool = node.label(NODE_LABEL_NODEPOOL);
+    // Chips per host: reported by the device plugin; else what its pool's other nodes
+    // report, else what its machine type says (a whole pool's plugin may be restarting).
+    let chips = match node.tpu_chips {
+        0 => pool
+            .and_then(|p| pool_chips.get(p).copied())
+            .or_else(|| machine_type_chips(node))
+            .unwrap_or(0),
+        chips => chips,
+    };
+    let topo_chips = Topology::parse(&topology).map(|t| t.chips()).ok();
+    let (hosts_expected, mut label_problem) = match topo_chips {
+        None => (
+            1,
+            Some(format!("node {name} has bad topology label {topology:?}")),
+        ),
+        Some(_) if chips == 0 => (1, Some(format!("node {name} advertises no {TPU_RESOURCE}"))),
+        Some(c) if c % chips != 0 => (
+            1,
+            Some(format!(
+                "node {name}: topology {topology} is not a whole number of {chips}-chip hosts"
+            )),
+        ),
+        Some(c) => (c / chips, None),
+    };
+    let single_host = hosts_expected == 1;
+    let slice_id = if single_host {
+        name.clone()
+    } else {
+        match pool {
+            Some(pool) => pool.to_string(),
+            None => {
+                label_problem.get_or_insert_with(|| {
+                    format!("multi-host node {name} has no {NODE_LABEL_NODEPOOL} label")
+                });
+                name.clone()
+            }
+        }
+    };
+    Some(NodeObservation {
+        health: node_health_with_chips(node, chips),
+        name,
+        slice_id,
+        accelerator,
+        topology,
+        chips,
+        hosts_expected,
+        single_host,
+        label_problem,
+    })
+}
+
+/// Chips per host from a GKE TPU machine type such as `ct6e-standard-4t` or
+/// `ct5lp-hightpu-8t`.
+fn machine_type_chips(node: &LeanNode) -> Option<u32> {
+    let machine = node.label(NODE_LABEL_INSTANCE_TYPE)?;
+    let suffix = machine.rsplit('-').next()?.strip_suffix('t')?;
+    suffix.parse().ok().filter(|n| *n > 0)
+}
+
+/// [`node_health`], and a node whose device plugin offers fewer than its `chips` is not
+/// usable for a new group. It loses nothing: a plugin restart leaves running containers
+/// alone, and a real device fault fails the pods, which the planner sees.
+fn node_health_with_chips(node: &LeanNode, chips: u32) -> NodeHealth {
+    match node_health(node) {
+        NodeHealth::Ready if node.tpu_allocatable < chips => NodeHealth::Unusable {
+            reason: format!(
+                "device plugin offers {} of {chips} {TPU_RESOURCE} chips",
+                node.tpu_allocatable
+            ),
+        },
+        health => health,
+    }
+}
+
+/// Readiness of one node: present, Ready, schedulable, not being deleted, no not-ready /
+/// unreachable / termination taint. A node-lifecycle taint left on after Ready is True
+/// again is still trouble, dated from when the taint was added: a blip is judged from when
+/// it began, not from when it ended.
+pub fn node_health(node: &LeanNode) -> NodeHealth {
+    if node.metadata.deletion_timestamp.is_some() {
+        return NodeHealth::Terminating {
+            reason: "node is being deleted".into(),
+        };
+    }
+    let tainted = |key: &str| node.taint_keys.iter().any(|k| k == key);
+    if tainted(TAINT_IMPENDING_TERMINATION) {
+        return NodeHealth::Terminating {
+            reason: format!("taint {TAINT_IMPENDING_TERMINATION}"),
+        };
+    }
+    let taint_since = node.lifecycle_taint_since;
+    match &node.ready {
+        Some(c) if c.is_true => {
+            if tainted(TAINT_NOT_READY) || tainted(TAINT_UNREACHABLE) {
+                return NodeHealth::NotReady {
+                    since: taint_since.or(c.since),
+                };
+            }
+        }
+        other => {
+            let since = other.as_ref().and_then(|c| c.since);
+            return NodeHealth::NotReady {
+                since: since.into_iter().chain(taint_since).min(),
+            };
+        }
+    }
+    if node.unschedulable {
+        return NodeHealth::Unusable {
+            reason: "cordoned (unschedulable)".into(),
+        };
+    }
+    NodeHealth::Ready
+}
+
+pub(crate) fn is_terminal(pod: &LeanPod) -> bool {
+    matches!(pod.phase.as_deref(), Some("Succeeded") | Some("Failed"))
+}
