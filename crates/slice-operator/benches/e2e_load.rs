@@ -23,6 +23,8 @@
 
 #[path = "e2e_load/create64.rs"]
 mod create64;
+#[path = "e2e_load/create64_report.rs"]
+mod create64_report;
 #[path = "e2e_load/requests.rs"]
 mod requests;
 

@@ -73,28 +73,20 @@ fn node_json(rv: &str, heartbeat: &str, image: &str) -> LeanNode {
 
 #[test]
 fn a_node_status_update_outside_the_lean_view_queues_nothing_and_moves_no_version() {
-    let (reader, writer) = store::<LeanNode>();
-    let (change_tx, mut changes) = mpsc::unbounded();
-    let mut state = WatchState {
-        writer,
-        reader,
-        version: Default::default(),
-        relists: Default::default(),
-        synced: Default::default(),
-        change_tx,
-        deleted_tx: mpsc::unbounded().0,
-        relist_tx: mpsc::unbounded().0,
-        same_for_planner: same_node,
-        keep: keep_all,
-        index: None,
-        journal: Some(Arc::new(Journal::new(JOURNAL_CAPACITY))),
-    };
+    let (cache, mut state, (mut changes, _, _)) = parts(Policy::nodes());
+    let journal = cache.journal().expect("the node watch keeps a journal");
+    let _ = journal.take(); // a new consumer reads the store first
     state.apply(watcher::Event::Apply(node_json(
         "1",
         "2026-11-25T00:00:10Z",
         "a",
     )));
     assert!(changes.try_recv().is_ok(), "a new node is news");
+    let Entries::Changes(journaled) = journal.take() else {
+        panic!("the new node is journaled")
+    };
+    assert!(matches!(&journaled[..], [Change::Applied(stored)]
+        if Arc::ptr_eq(stored, &state.reader.get(&ObjectRef::new("tpu-0")).unwrap())));
     let version = state.version.load(Ordering::Acquire);
     // Heartbeats, pulled images, annotations: what a kubelet writes every few seconds.
     for (rv, at, image) in [("2", "00:00:20", "b"), ("3", "00:00:30", "c")] {
@@ -102,6 +94,10 @@ fn a_node_status_update_outside_the_lean_view_queues_nothing_and_moves_no_versio
         state.apply(watcher::Event::Apply(node_json(rv, &heartbeat, image)));
     }
     assert!(changes.try_recv().is_err(), "no reconcile queued");
+    assert!(
+        matches!(journal.take(), Entries::Changes(c) if c.is_empty()),
+        "nothing for the inventory to rebuild"
+    );
     assert_eq!(
         state.version.load(Ordering::Acquire),
         version,
@@ -121,22 +117,7 @@ fn a_node_status_update_outside_the_lean_view_queues_nothing_and_moves_no_versio
 }
 
 fn pod_watch_state() -> (WatchState<LeanPod>, mpsc::UnboundedReceiver<Arc<LeanPod>>) {
-    let (reader, writer) = store::<LeanPod>();
-    let (change_tx, changes) = mpsc::unbounded();
-    let state = WatchState {
-        writer,
-        reader,
-        version: Default::default(),
-        relists: Default::default(),
-        synced: Default::default(),
-        change_tx,
-        deleted_tx: mpsc::unbounded().0,
-        relist_tx: mpsc::unbounded().0,
-        same_for_planner: same_pod,
-        keep: keep_pod,
-        index: Some(Arc::new(Index::new(pod_cluster))),
-        journal: None,
-    };
+    let (_cache, state, (changes, _, _)) = parts(Policy::pods());
     (state, changes)
 }
 

@@ -128,9 +128,21 @@ async fn a_group_on_a_slice_taken_behind_the_operators_back_is_given_up_and_plac
     other_teams_pods(&env, &team, "pool-0", 4).await;
     hold_scheduling(&env, "pool-0", false).await;
     let (tc, pods) = env.wait_running("late", 1, 4).await;
+    let placed: Vec<(String, Option<String>)> = pods
+        .iter()
+        .map(|p| {
+            (
+                label(p, LABEL_SLICE),
+                p.spec.as_ref().and_then(|s| s.node_name.clone()),
+            )
+        })
+        .collect();
     assert!(
         pods.iter()
-            .all(|p| label(p, LABEL_SLICE) == env.pool("pool-1"))
+            .all(|p| label(p, LABEL_SLICE) == env.pool("pool-1")),
+        "{placed:?}; status {:?}; events {:?}",
+        tc.status,
+        env.events_for("late").await
     );
     let status = tc.status.unwrap();
     assert_eq!(

@@ -504,6 +504,3 @@ fn newest(pods: &[&LeanPod]) -> Option<Timestamp> {
         .filter_map(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0))
         .max()
 }
-
-#[cfg(test)]
-mod tests;

@@ -140,6 +140,43 @@ fn a_lost_slice_is_replaced_by_the_spare_in_one_restart_at_full_size() {
     assert_eq!(worker_epochs(&world).len(), 1);
 }
 
+/// Node loss without any termination notice: a node NotReady past the grace, or a node
+/// removed. The spare is swapped in as for a notice: one restart, full size.
+#[test]
+fn a_slice_lost_without_a_notice_is_replaced_by_the_spare_in_one_restart() {
+    type Lose = fn(&mut World);
+    let not_ready: Lose = |world| {
+        let since = world.now;
+        set_not_ready(world.node_mut("pool-2-3"), since);
+        let grace = world
+            .cluster
+            .spec
+            .failure_policy
+            .node_not_ready_grace_seconds;
+        world.now += secs(i64::from(grace) + 1);
+    };
+    let removed: Lose = |world| {
+        world
+            .nodes
+            .retain(|n| n.metadata.name.as_deref() != Some("pool-2-3"))
+    };
+    for lose in [not_ready, removed] {
+        let mut world = with_spares(Membership::Multislice, 4, 1, 5);
+        world.settle(8);
+        let epoch_before = world.status().groups[0].epoch;
+        lose(&mut world);
+        world.settle(8);
+        let (workers, spares) = slices_by_role(&world);
+        assert_eq!(workers, pools(&["pool-0", "pool-1", "pool-3", "pool-4"]));
+        assert!(spares.is_empty(), "{spares:?}");
+        let status = world.status();
+        assert_eq!((status.desired_slices, status.ready_slices), (4, 4));
+        assert_eq!(status.groups[0].epoch, epoch_before + 1, "one restart");
+        assert_eq!(worker_epochs(&world).len(), 1);
+        assert_eq!(spare_status(&world).swaps, 1);
+    }
+}
+
 #[test]
 fn without_a_spare_the_same_loss_costs_two_restarts() {
     let mut world = with_spares(Membership::Multislice, 4, 0, 5);
