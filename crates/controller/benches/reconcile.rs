@@ -2,7 +2,7 @@
 //! 1,000 slices x 64 hosts (64,000 nodes, 64,000 pods): `observe_and_plan` on caches fed
 //! through the same path as the watches (store, per-cluster index, version), with the
 //! Service from the Service cache, the TrainCluster store set, expectations and planner
-//! memory in the context, the planning lock, the inventory (rebuilt when a cache moved) and
+//! memory in the context, the planning lock, the live inventory (the node pools a change touched are rebuilt) and
 //! the plan. The diff it hands the executor is counted as API calls, never sent: the client
 //! is a `tower_test` mock nobody answers, so a call would hang; each call runs under a
 //! timeout, and the mock is checked to have received nothing.
@@ -254,7 +254,7 @@ fn crash_flip(pod: LeanPod) -> Flip<LeanPod> {
 }
 
 /// Time `observe_and_plan` with `event` applied (untimed) before each call, so the cache's
-/// version moves and the inventory is rebuilt inside the timed call; `forget` resets the
+/// version moves and the live inventory rebuilds the touched node pool inside the timed call; `forget` resets the
 /// cluster's expectations first (untimed) where the plan records creates.
 fn bench_after_events<K>(
     group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
@@ -364,17 +364,17 @@ fn bench(c: &mut Criterion) {
                 BatchSize::SmallInput,
             )
         });
-        figures.push((name, calls, "inventory cached"));
+        figures.push((name, calls, "nothing rebuilt"));
         references(&mut group, &op, membership);
 
         // (2) Steady state after a node update the planner can see (the cache's version
-        // moves, the inventory is rebuilt) that changes nothing for this cluster.
+        // moves, its node pool is rebuilt) that changes nothing for this cluster.
         let node = op.node("p0250-0");
         let mut flip = node_flip(node.clone());
         let name = format!("node_event/{membership:?}");
         let calls = bench_after_events(&mut group, &name, &op, &mut feeds.nodes, &mut flip, false);
         feeds.nodes.apply(Event::Apply(node));
-        figures.push((name, calls, "inventory rebuilt"));
+        figures.push((name, calls, "one node pool rebuilt"));
 
         // (3) One failed group: one pod's container restarted. Independent: that group is
         // replaced; Multislice: (4) every group is restarted.
@@ -386,7 +386,7 @@ fn bench(c: &mut Criterion) {
         };
         let calls = bench_after_events(&mut group, &name, &op, &mut feeds.pods, &mut flip, true);
         feeds.pods.apply(Event::Apply(victim));
-        figures.push((name, calls, "inventory rebuilt"));
+        figures.push((name, calls, "one node pool rebuilt"));
         op.assert_no_api_call();
 
         if membership == Membership::Multislice {
@@ -402,7 +402,7 @@ fn bench(c: &mut Criterion) {
             let name = "multislice_restart_recreate/Multislice".to_string();
             let calls =
                 bench_after_events(&mut group, &name, &op, &mut feeds.nodes, &mut flip, true);
-            figures.push((name, calls, "inventory rebuilt"));
+            figures.push((name, calls, "one node pool rebuilt"));
             op.assert_no_api_call();
         }
         op.assert_no_api_call();
