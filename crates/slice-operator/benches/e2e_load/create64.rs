@@ -44,15 +44,16 @@ use slice_emulator::{Emulator, EmulatorOptions};
 use slice_sim::{FakeKubelet, KubeletOptions, NodePoolSpec};
 use tokio::sync::watch;
 
+use crate::create64_report::{ClusterReport, Report};
 use crate::requests::{DRIVER_MARK, KUBELET_MARK, Tally, Who, verb_resource, who};
 
-const SLICES: u32 = 64;
-const HOSTS: u32 = 16; // v6e 8x8 with 4 chips per host
-const PODS: usize = (SLICES * HOSTS) as usize;
+pub(crate) const SLICES: u32 = 64;
+pub(crate) const HOSTS: u32 = 16; // v6e 8x8 with 4 chips per host
+pub(crate) const PODS: usize = (SLICES * HOSTS) as usize;
 /// Creates in flight in the plain loop: the operator's default `--api-concurrency`
 /// (crates/controller/src/config.rs), its pod creations in flight per reconcile.
 const API_CONCURRENCY: usize = 16;
-const METRICS_ADDR: &str = "127.0.0.1:18091";
+pub(crate) const METRICS_ADDR: &str = "127.0.0.1:18091";
 const CEILING_NS: &str = "ceiling";
 const CLUSTER_NAME: &str = "c64";
 /// The operator counts as done once it sent no request and ran no reconcile for this long.

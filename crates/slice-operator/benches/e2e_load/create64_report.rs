@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use slice_core::api::Membership;
 
-use crate::create64::{CeilingRun, Creation, Settings, Steady};
+use crate::create64::{CeilingRun, Creation, HOSTS, METRICS_ADDR, PODS, SLICES, Settings, Steady};
 
 pub(crate) struct ClusterReport {
     pub(crate) membership: Membership,
@@ -58,7 +58,7 @@ fn spread(ns: impl Iterator<Item = usize>) -> String {
 }
 
 impl Report {
-    fn complete(&self) -> bool {
+    pub(crate) fn complete(&self) -> bool {
         self.ceiling
             .iter()
             .all(|c| c.exist.is_some() && c.ready.is_some())
@@ -69,7 +69,7 @@ impl Report {
             })
     }
 
-    fn print(&self, binary: &str, peak_kib: u64, deleted: &str) {
+    pub(crate) fn print(&self, binary: &str, peak_kib: u64, deleted: &str) {
         let rounds = self.ceiling.len();
         println!(
             "e2e_load create64: one TrainCluster of {SLICES} slices x {HOSTS} hosts = {PODS} pods on {} v6e 8x8 nodes ({SLICES} pools of {HOSTS} hosts, 4 chips each), {rounds} rounds",
