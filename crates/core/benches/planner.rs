@@ -7,7 +7,7 @@ use std::sync::Arc;
 use criterion::{Criterion, criterion_group, criterion_main};
 use slice_core::api::Membership;
 use slice_core::constants::*;
-use slice_core::inventory::Inventory;
+use slice_core::inventory::{Inventory, LiveInventory};
 use slice_core::planner::{PlanInput, plan};
 use slice_core::testing::*;
 
@@ -83,6 +83,35 @@ fn bench(c: &mut Criterion) {
         if membership == Membership::Independent {
             group.bench_function("inventory_build", |b| {
                 b.iter(|| black_box(Inventory::build(&nodes, &pods)))
+            });
+            // The live inventory after every pod changed (a full restart's worth of pod
+            // events, applied one by one), then read: each pool is rebuilt once.
+            let base = LiveInventory::new(nodes.iter().cloned(), pods.iter().cloned());
+            group.bench_function("inventory_after_64000_pod_events", |b| {
+                b.iter_batched(
+                    || {
+                        let mut live = base.clone();
+                        live.inventory();
+                        live
+                    },
+                    |mut live| {
+                        for pod in &pods {
+                            live.apply_pod(pod.clone());
+                        }
+                        black_box(live.inventory())
+                    },
+                    criterion::BatchSize::PerIteration,
+                )
+            });
+            // One pod event, then read: its pool is rebuilt.
+            let mut live = base.clone();
+            live.inventory();
+            let one = pods[pods.len() / 2].clone();
+            group.bench_function("inventory_after_one_pod_event", |b| {
+                b.iter(|| {
+                    live.apply_pod(one.clone());
+                    black_box(live.inventory())
+                })
             });
             // Creating one whole replacement group (64 pods rendered).
             let mut replaced = world.clone();

@@ -2,7 +2,7 @@
 //! and TrainCluster), kept by the watch task beside the store, so that a reconcile reads its
 //! own cluster's objects without scanning everyone's.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 
 use kube::Resource;
@@ -12,11 +12,12 @@ use kube::runtime::watcher;
 /// The key of an indexed object; objects without one are not indexed.
 pub type IndexKey = (String, String);
 
-/// Objects by key, then by name. Updated by the watch task only, always before the cache's
+/// Objects by key, then by name (in name order: a cluster's pods come out roughly in the
+/// order they were created, and so allocated, which the planner's scans are faster for). Updated by the watch task only, always before the cache's
 /// version moves, so a reconcile never sees a version its index does not cover.
 pub struct Index<K: Resource<DynamicType = ()> + 'static> {
     key: fn(&K) -> Option<IndexKey>,
-    map: RwLock<HashMap<IndexKey, HashMap<String, Arc<K>>>>,
+    map: RwLock<HashMap<IndexKey, BTreeMap<String, Arc<K>>>>,
 }
 
 impl<K: Resource<DynamicType = ()> + Clone + 'static> Index<K> {
@@ -27,7 +28,7 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Index<K> {
         }
     }
 
-    /// The objects under `key` (in no particular order).
+    /// The objects under `key`, in name order.
     pub fn get(&self, namespace: &str, name: &str) -> Vec<Arc<K>> {
         let map = self.map.read().expect("index lock poisoned");
         map.get(&(namespace.to_string(), name.to_string()))
@@ -62,7 +63,7 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Index<K> {
                 remove(&mut map, old, &obj.meta().name);
             }
             watcher::Event::InitDone => {
-                let mut fresh: HashMap<IndexKey, HashMap<String, Arc<K>>> = HashMap::new();
+                let mut fresh: HashMap<IndexKey, BTreeMap<String, Arc<K>>> = HashMap::new();
                 for obj in store.state() {
                     if let Some(key) = (self.key)(&obj) {
                         let name = obj.meta().name.clone().unwrap_or_default();
@@ -77,7 +78,7 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Index<K> {
 }
 
 fn remove<K>(
-    map: &mut HashMap<IndexKey, HashMap<String, Arc<K>>>,
+    map: &mut HashMap<IndexKey, BTreeMap<String, Arc<K>>>,
     key: Option<IndexKey>,
     name: &Option<String>,
 ) {

@@ -54,13 +54,15 @@ impl LiveInventory {
         nodes: impl IntoIterator<Item = Arc<LeanNode>>,
         pods: impl IntoIterator<Item = Arc<LeanPod>>,
     ) -> LiveInventory {
+        // In bulk: nothing to remove first, and every partition is to be built anyway.
         let mut live = LiveInventory::default();
         for node in nodes {
-            live.apply_node(node);
+            live.insert_node(node);
         }
         for pod in pods {
-            live.apply_pod(pod);
+            live.insert_pod(pod);
         }
+        live.dirty.parts = live.parts.keys().cloned().collect();
         live
     }
 
@@ -70,18 +72,24 @@ impl LiveInventory {
             return;
         };
         self.remove_node(&name);
-        if node.label(NODE_LABEL_ACCELERATOR).is_none() {
-            return;
+        if let Some(part) = self.insert_node(node) {
+            self.dirty.parts.insert(part);
+            self.pods_switch_holding(&name);
         }
+    }
+
+    /// Record a node not held yet; its partition, if it is a TPU node.
+    fn insert_node(&mut self, node: Arc<LeanNode>) -> Option<String> {
+        let name = node.metadata.name.clone()?;
+        node.label(NODE_LABEL_ACCELERATOR)?;
         let part = partition::key_of(&node).unwrap_or_default().to_string();
         self.parts
             .entry(part.clone())
             .or_default()
             .insert(name.clone());
         self.node_part.insert(name.clone(), part.clone());
-        self.dirty.parts.insert(part);
-        self.nodes.insert(name.clone(), node);
-        self.pods_switch_holding(&name);
+        self.nodes.insert(name, node);
+        Some(part)
     }
 
     /// A node was deleted.
@@ -91,21 +99,33 @@ impl LiveInventory {
 
     /// A pod was added or changed.
     pub fn apply_pod(&mut self, pod: Arc<LeanPod>) {
+        self.delete_pod(
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+            pod.metadata.name.as_deref().unwrap_or_default(),
+        );
+        if let Some(node) = &pod.node_name {
+            self.dirty.nodes.insert(node.clone());
+        }
+        if let Some(slice) = pin(&pod) {
+            self.dirty.slices.insert(slice.to_string());
+        }
+        self.insert_pod(pod);
+    }
+
+    /// Record a pod not held yet.
+    fn insert_pod(&mut self, pod: Arc<LeanPod>) {
         let key = key_of(&pod);
-        self.delete_pod(&key.0, &key.1);
         if let Some(node) = &pod.node_name {
             self.on_node
                 .entry(node.clone())
                 .or_default()
                 .insert(key.clone());
-            self.dirty.nodes.insert(node.clone());
         }
         if let Some(slice) = pin(&pod) {
             self.pinned_to
                 .entry(slice.to_string())
                 .or_default()
                 .insert(key.clone());
-            self.dirty.slices.insert(slice.to_string());
         }
         self.pods.insert(key, pod);
     }
