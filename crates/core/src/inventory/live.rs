@@ -6,7 +6,6 @@
 //! again, or deleting one it does not hold, changes nothing, so a consumer that replays a
 //! change it has already seen stays right.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use rayon::prelude::*;
@@ -18,22 +17,20 @@ use crate::constants::*;
 use crate::lean::{LeanNode, LeanPod};
 
 type FastSet<T> = rustc_hash::FxHashSet<T>;
-/// Namespace and name.
-type PodKey = (String, String);
 
 #[derive(Clone, Debug, Default)]
 pub struct LiveInventory {
-    /// TPU nodes (carrying the accelerator label) by name.
-    nodes: FastMap<String, Arc<LeanNode>>,
-    /// Each node's partition, and each partition's nodes (in name order).
-    node_part: FastMap<String, String>,
-    parts: FastMap<String, BTreeSet<String>>,
-    pods: FastMap<PodKey, Arc<LeanPod>>,
+    /// TPU nodes (carrying the accelerator label) by name, with their partition.
+    nodes: FastMap<String, (Arc<LeanNode>, String)>,
+    /// Each partition's nodes, in no order.
+    parts: FastMap<String, Vec<Arc<LeanNode>>>,
+    /// Pods by `namespace/name`.
+    pods: FastMap<String, Arc<LeanPod>>,
     /// Pods by the node they are bound to, and by the slice a TrainCluster pinned them to.
-    on_node: FastMap<String, FastSet<PodKey>>,
-    pinned_to: FastMap<String, FastSet<PodKey>>,
-    /// As last built: each partition's slice ids and node names, and each slice's partition.
-    built: FastMap<String, (Vec<String>, Vec<String>)>,
+    on_node: FastMap<String, Vec<Arc<LeanPod>>>,
+    pinned_to: FastMap<String, Vec<Arc<LeanPod>>>,
+    /// As last built: each partition's slice ids and nodes, and each slice's partition.
+    built: FastMap<String, (Vec<String>, Vec<Arc<LeanNode>>)>,
     slice_part: FastMap<String, String>,
     dirty: Dirty,
     inventory: Arc<Inventory>,
@@ -68,28 +65,29 @@ impl LiveInventory {
 
     /// A node was added or changed.
     pub fn apply_node(&mut self, node: Arc<LeanNode>) {
-        let Some(name) = node.metadata.name.clone() else {
+        let Some(name) = node.metadata.name.as_deref() else {
             return;
         };
-        self.remove_node(&name);
-        if let Some(part) = self.insert_node(node) {
+        self.remove_node(name);
+        if let Some(part) = self.insert_node(node.clone()).map(str::to_string) {
             self.dirty.parts.insert(part);
-            self.pods_switch_holding(&name);
+            self.pods_switch_holding(node.metadata.name.as_deref().unwrap_or_default());
         }
     }
 
     /// Record a node not held yet; its partition, if it is a TPU node.
-    fn insert_node(&mut self, node: Arc<LeanNode>) -> Option<String> {
+    fn insert_node(&mut self, node: Arc<LeanNode>) -> Option<&str> {
         let name = node.metadata.name.clone()?;
         node.label(NODE_LABEL_ACCELERATOR)?;
         let part = partition::key_of(&node).unwrap_or_default().to_string();
-        self.parts
-            .entry(part.clone())
-            .or_default()
-            .insert(name.clone());
-        self.node_part.insert(name.clone(), part.clone());
-        self.nodes.insert(name, node);
-        Some(part)
+        match self.parts.get_mut(&part) {
+            Some(nodes) => nodes.push(node.clone()),
+            None => {
+                self.parts.insert(part.clone(), vec![node.clone()]);
+            }
+        }
+        let entry = self.nodes.entry(name).insert_entry((node, part));
+        Some(entry.into_mut().1.as_str())
     }
 
     /// A node was deleted.
@@ -114,34 +112,26 @@ impl LiveInventory {
 
     /// Record a pod not held yet.
     fn insert_pod(&mut self, pod: Arc<LeanPod>) {
-        let key = key_of(&pod);
         if let Some(node) = &pod.node_name {
-            self.on_node
-                .entry(node.clone())
-                .or_default()
-                .insert(key.clone());
+            push(&mut self.on_node, node, &pod);
         }
         if let Some(slice) = pin(&pod) {
-            self.pinned_to
-                .entry(slice.to_string())
-                .or_default()
-                .insert(key.clone());
+            push(&mut self.pinned_to, slice, &pod);
         }
-        self.pods.insert(key, pod);
+        self.pods.insert(key_of(&pod), pod);
     }
 
     /// A pod was deleted.
     pub fn delete_pod(&mut self, namespace: &str, name: &str) {
-        let key = (namespace.to_string(), name.to_string());
-        let Some(old) = self.pods.remove(&key) else {
+        let Some(old) = self.pods.remove(&format!("{namespace}/{name}")) else {
             return;
         };
         if let Some(node) = &old.node_name {
-            unindex(&mut self.on_node, node, &key);
+            unindex(&mut self.on_node, node, &old);
             self.dirty.nodes.insert(node.clone());
         }
         if let Some(slice) = pin(&old) {
-            unindex(&mut self.pinned_to, slice, &key);
+            unindex(&mut self.pinned_to, slice, &old);
             self.dirty.slices.insert(slice.to_string());
         }
     }
@@ -153,29 +143,30 @@ impl LiveInventory {
         if dirty.is_empty() {
             return self.inventory.clone();
         }
-        let built: Vec<(String, Part)> = dirty
+        let built: Vec<(String, Part, Vec<Arc<LeanNode>>)> = dirty
             .into_par_iter()
             .map(|key| {
-                let part = self.build(&key);
-                (key, part)
+                let (part, nodes) = self.build(&key);
+                (key, part, nodes)
             })
             .collect();
         let inventory = Arc::make_mut(&mut self.inventory);
         // Every removal before any insertion: a node or a slice may move between partitions.
-        for (key, _) in &built {
+        for (key, _, _) in &built {
             if let Some((slices, nodes)) = self.built.remove(key) {
                 for id in slices {
                     inventory.slices.remove(&id);
                     self.slice_part.remove(&id);
                 }
-                for name in nodes {
-                    inventory.nodes.remove(&name);
+                for node in nodes {
+                    inventory
+                        .nodes
+                        .remove(node.metadata.name.as_deref().unwrap_or_default());
                 }
             }
         }
-        for (key, part) in built {
+        for (key, part, nodes) in built {
             let ids: Vec<String> = part.slices.iter().map(|s| s.id.clone()).collect();
-            let names: Vec<String> = part.nodes.iter().map(|n| n.name.clone()).collect();
             for slice in part.slices {
                 self.slice_part.insert(slice.id.clone(), key.clone());
                 inventory.slices.insert(slice.id.clone(), slice);
@@ -183,8 +174,8 @@ impl LiveInventory {
             for node in part.nodes {
                 inventory.nodes.insert(node.name.clone(), node);
             }
-            if !names.is_empty() {
-                self.built.insert(key, (ids, names));
+            if !nodes.is_empty() {
+                self.built.insert(key, (ids, nodes));
             }
         }
         self.inventory.clone()
@@ -195,7 +186,7 @@ impl LiveInventory {
         let dirty = std::mem::take(&mut self.dirty);
         let mut parts = dirty.parts;
         for node in dirty.nodes {
-            if let Some(part) = self.node_part.get(&node) {
+            if let Some((_, part)) = self.nodes.get(&node) {
                 parts.insert(part.clone());
             }
         }
@@ -207,23 +198,24 @@ impl LiveInventory {
         parts
     }
 
-    /// One partition from its nodes and the pods that claim its slices.
-    fn build(&self, key: &str) -> Part {
-        let Some(names) = self.parts.get(key) else {
-            return Part::default();
+    /// One partition from its nodes and the pods that claim its slices; and its nodes.
+    fn build(&self, key: &str) -> (Part, Vec<Arc<LeanNode>>) {
+        let Some(held) = self.parts.get(key) else {
+            return (Part::default(), Vec::new());
         };
-        let nodes: Vec<&LeanNode> = names
-            .iter()
-            .filter_map(|n| self.nodes.get(n))
-            .map(Arc::as_ref)
-            .collect();
+        let mut held = held.clone();
+        held.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let nodes: Vec<&LeanNode> = held.iter().map(Arc::as_ref).collect();
         let mut part = partition::slices_of(&nodes);
-        let bound = names.iter().flat_map(|n| self.pods_in(&self.on_node, n));
+        let bound = nodes
+            .iter()
+            .filter_map(|n| n.metadata.name.as_deref())
+            .flat_map(|n| pods_in(&self.on_node, n));
         // Pinned pods bound to a known node claim that node's slice instead.
         let pinned = part
             .slices
             .iter()
-            .flat_map(|s| self.pods_in(&self.pinned_to, &s.id))
+            .flat_map(|s| pods_in(&self.pinned_to, &s.id))
             .filter(|p| {
                 !p.node_name
                     .as_ref()
@@ -235,48 +227,56 @@ impl LiveInventory {
                 .cmp(&(&b.metadata.namespace, &b.metadata.name))
         });
         partition::occupy(&mut part, &claims);
-        part
-    }
-
-    fn pods_in<'a>(
-        &'a self,
-        index: &'a FastMap<String, FastSet<PodKey>>,
-        at: &str,
-    ) -> impl Iterator<Item = &'a LeanPod> + 'a {
-        index
-            .get(at)
-            .into_iter()
-            .flatten()
-            .filter_map(|key| self.pods.get(key))
-            .map(Arc::as_ref)
+        drop(nodes);
+        (part, held)
     }
 
     fn remove_node(&mut self, name: &str) {
-        if let Some(part) = self.node_part.remove(name) {
-            if let Some(names) = self.parts.get_mut(&part) {
-                names.remove(name);
-                if names.is_empty() {
-                    self.parts.remove(&part);
-                }
+        let Some((node, part)) = self.nodes.remove(name) else {
+            return;
+        };
+        if let Some(nodes) = self.parts.get_mut(&part) {
+            nodes.retain(|n| !Arc::ptr_eq(n, &node));
+            if nodes.is_empty() {
+                self.parts.remove(&part);
             }
-            self.dirty.parts.insert(part);
         }
-        if self.nodes.remove(name).is_some() {
-            self.pods_switch_holding(name);
-        }
+        self.dirty.parts.insert(part);
+        self.pods_switch_holding(name);
     }
 
     /// A node came or went: pods bound to it that are also pinned to a slice switch between
     /// claiming the node's slice and claiming the pinned one.
     fn pods_switch_holding(&mut self, node: &str) {
-        let pinned = self
-            .on_node
-            .get(node)
-            .into_iter()
-            .flatten()
-            .filter_map(|key| self.pods.get(key))
-            .filter_map(|pod| pin(pod).map(str::to_string));
-        self.dirty.slices.extend(pinned.collect::<Vec<_>>());
+        let pinned: Vec<String> = pods_in(&self.on_node, node)
+            .filter_map(|pod| pin(pod).map(str::to_string))
+            .collect();
+        self.dirty.slices.extend(pinned);
+    }
+}
+
+fn pods_in<'a>(
+    index: &'a FastMap<String, Vec<Arc<LeanPod>>>,
+    at: &str,
+) -> impl Iterator<Item = &'a LeanPod> + 'a {
+    index.get(at).into_iter().flatten().map(Arc::as_ref)
+}
+
+fn push(index: &mut FastMap<String, Vec<Arc<LeanPod>>>, at: &str, pod: &Arc<LeanPod>) {
+    match index.get_mut(at) {
+        Some(pods) => pods.push(pod.clone()),
+        None => {
+            index.insert(at.to_string(), vec![pod.clone()]);
+        }
+    }
+}
+
+fn unindex(index: &mut FastMap<String, Vec<Arc<LeanPod>>>, at: &str, pod: &Arc<LeanPod>) {
+    if let Some(pods) = index.get_mut(at) {
+        pods.retain(|p| !Arc::ptr_eq(p, pod));
+        if pods.is_empty() {
+            index.remove(at);
+        }
     }
 }
 
@@ -286,20 +286,13 @@ fn pin(pod: &LeanPod) -> Option<&str> {
     pod.label(LABEL_SLICE)
 }
 
-fn key_of(pod: &LeanPod) -> PodKey {
-    (
-        pod.metadata.namespace.clone().unwrap_or_default(),
-        pod.metadata.name.clone().unwrap_or_default(),
+/// `namespace/name`: unique among pods.
+fn key_of(pod: &LeanPod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
     )
-}
-
-fn unindex(index: &mut FastMap<String, FastSet<PodKey>>, at: &str, key: &PodKey) {
-    if let Some(keys) = index.get_mut(at) {
-        keys.remove(key);
-        if keys.is_empty() {
-            index.remove(at);
-        }
-    }
 }
 
 #[cfg(test)]

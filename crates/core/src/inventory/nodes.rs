@@ -5,11 +5,12 @@ use crate::constants::*;
 use crate::lean::{LeanNode, LeanPod};
 use crate::tpu::Topology;
 
-pub(super) struct NodeObservation {
-    pub name: String,
-    pub slice_id: String,
-    pub accelerator: String,
-    pub topology: String,
+/// What a node says, borrowed from it (nothing is copied until a slice keeps it).
+pub(super) struct NodeObservation<'a> {
+    pub name: &'a str,
+    pub slice_id: &'a str,
+    pub accelerator: &'a str,
+    pub topology: &'a str,
     pub chips: u32,
     pub hosts_expected: u32,
     pub single_host: bool,
@@ -29,16 +30,13 @@ pub(super) fn chips_by_pool<'a>(nodes: &[&'a LeanNode]) -> FastMap<&'a str, u32>
     chips
 }
 
-pub(super) fn observe_node(
-    node: &LeanNode,
+pub(super) fn observe_node<'a>(
+    node: &'a LeanNode,
     pool_chips: &FastMap<&str, u32>,
-) -> Option<NodeObservation> {
-    let name = node.metadata.name.clone()?;
-    let accelerator = node.label(NODE_LABEL_ACCELERATOR)?.to_string();
-    let topology = node
-        .label(NODE_LABEL_TOPOLOGY)
-        .unwrap_or_default()
-        .to_string();
+) -> Option<NodeObservation<'a>> {
+    let name = node.metadata.name.as_deref()?;
+    let accelerator = node.label(NODE_LABEL_ACCELERATOR)?;
+    let topology = node.label(NODE_LABEL_TOPOLOGY).unwrap_or_default();
     let pool = node.label(NODE_LABEL_NODEPOOL);
     // Chips per host: reported by the device plugin; else what its pool's other nodes
     // report, else what its machine type says (a whole pool's plugin may be restarting).
@@ -49,7 +47,7 @@ pub(super) fn observe_node(
             .unwrap_or(0),
         chips => chips,
     };
-    let topo_chips = Topology::parse(&topology).map(|t| t.chips()).ok();
+    let topo_chips = Topology::parse(topology).map(|t| t.chips()).ok();
     let (hosts_expected, mut label_problem) = match topo_chips {
         None => (
             1,
@@ -66,15 +64,15 @@ pub(super) fn observe_node(
     };
     let single_host = hosts_expected == 1;
     let slice_id = if single_host {
-        name.clone()
+        name
     } else {
         match pool {
-            Some(pool) => pool.to_string(),
+            Some(pool) => pool,
             None => {
                 label_problem.get_or_insert_with(|| {
                     format!("multi-host node {name} has no {NODE_LABEL_NODEPOOL} label")
                 });
-                name.clone()
+                name
             }
         }
     };

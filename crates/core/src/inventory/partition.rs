@@ -27,16 +27,16 @@ pub(super) fn key_of(node: &LeanNode) -> Option<&str> {
 pub(super) fn slices_of(nodes: &[&LeanNode]) -> Part {
     let pool_chips = chips_by_pool(nodes);
     let mut part = Part::default();
-    let mut index_of: FastMap<String, usize> = FastMap::default();
+    let mut index_of: FastMap<&str, usize> = FastMap::default();
     for obs in nodes.iter().filter_map(|n| observe_node(n, &pool_chips)) {
-        let index = *index_of.entry(obs.slice_id.clone()).or_insert_with(|| {
+        let index = *index_of.entry(obs.slice_id).or_insert_with(|| {
             part.slices.push(new_slice(&obs));
             part.slices.len() - 1
         });
         add_node(&mut part.slices[index], &obs);
         part.nodes.push(NodeState {
-            slice: obs.slice_id,
-            name: obs.name,
+            slice: obs.slice_id.to_string(),
+            name: obs.name.to_string(),
             health: obs.health,
         });
     }
@@ -55,9 +55,9 @@ pub(super) fn slices_of(nodes: &[&LeanNode]) -> Part {
 
 fn new_slice(obs: &NodeObservation) -> Slice {
     Slice {
-        id: obs.slice_id.clone(),
-        accelerator: obs.accelerator.clone(),
-        topology: obs.topology.clone(),
+        id: obs.slice_id.to_string(),
+        accelerator: obs.accelerator.to_string(),
+        topology: obs.topology.to_string(),
         chips_per_host: obs.chips,
         hosts_expected: obs.hosts_expected,
         nodes: Vec::new(),
@@ -71,7 +71,7 @@ fn new_slice(obs: &NodeObservation) -> Slice {
 
 /// A node's share of its slice's health: the first trouble found names the slice's.
 fn add_node(slice: &mut Slice, obs: &NodeObservation) {
-    slice.nodes.push(obs.name.clone());
+    slice.nodes.push(obs.name.to_string());
     match &obs.health {
         NodeHealth::Terminating { reason } => {
             slice
