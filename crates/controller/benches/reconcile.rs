@@ -11,7 +11,7 @@
 //! BENCHMARKS.md.
 //!
 //! Timed: one `observe_and_plan` call, driven by `block_on` on a multi-thread runtime (the
-//! plan itself runs on a blocking thread, as in the operator). Not timed: the cache event
+//! plan itself runs on the planner thread, as in the operator). Not timed: the cache event
 //! that precedes it (the watch task's work in the operator), resetting the cluster's memory
 //! where a scenario needs it, and dropping the plan.
 

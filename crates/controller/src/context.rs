@@ -43,6 +43,8 @@ pub struct Context {
     /// two clusters never plan from the same free slice; also keeps a single inventory in
     /// memory at a time.
     pub planning: Mutex<Planning>,
+    /// The thread every plan runs on ([`crate::planner_thread`]).
+    pub planner: crate::planner_thread::PlannerThread,
     memory: Mutex<HashMap<String, ClusterMemory>>,
 }
 
@@ -99,6 +101,7 @@ impl Context {
             stalled_at: AtomicU64::new(u64::MAX),
             leader: AtomicBool::new(false),
             planning: Mutex::new(Planning::default()),
+            planner: crate::planner_thread::PlannerThread::start(),
             memory: Mutex::new(HashMap::new()),
         }
     }

@@ -13,6 +13,7 @@ pub mod freshness;
 pub mod http;
 pub mod leader;
 pub mod metrics;
+pub mod planner_thread;
 pub mod reconcile;
 pub mod watches;
 

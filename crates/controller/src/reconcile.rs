@@ -248,7 +248,7 @@ pub struct Planned {
 /// memory) and plan, with the creates planned recorded as expected before another cluster
 /// plans. No pod or status write happens here; a GET may (the Service when the cache does
 /// not show ours, the status after a write whose outcome was lost). The planning itself runs
-/// on a blocking thread: it takes the planning lock and may rebuild the inventory.
+/// on the planner thread: it takes the planning lock and updates the inventory.
 pub async fn observe_and_plan(tc: &TrainCluster, ctx: &Arc<Context>) -> Result<Step> {
     let namespace = tc.namespace().unwrap_or_default();
     let (name, uid) = (tc.name_any(), uid(tc));
@@ -293,14 +293,16 @@ pub async fn observe_and_plan(tc: &TrainCluster, ctx: &Arc<Context>) -> Result<S
     let conflicts = name_conflicts(tc, ctx, &namespace, service.as_ref());
     let planning = {
         let ctx = ctx.clone();
-        tokio::task::spawn_blocking(move || {
+        move || {
             let plan = plan_locked(&ctx, &observed, &pods, &conflicts, relists);
             (plan, observed, conflicts)
-        })
+        }
     };
-    let (plan, observed, conflicts) = planning
+    let (plan, observed, conflicts) = ctx
+        .planner
+        .run(planning)
         .await
-        .map_err(|e| Error::Config(format!("the planner panicked: {e}")))?;
+        .map_err(|e| Error::Config(e.to_string()))?;
     if gives_back_slices(&observed, &plan) {
         ctx.nudge_others(&uid);
     }
