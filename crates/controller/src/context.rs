@@ -77,6 +77,9 @@ pub struct ClusterMemory {
     /// The slices its last plan reserved (`GroupStatus::reserved_slices`), recorded while
     /// planning: the next cluster to plan sees them before the status is written and cached.
     pub reserved: Option<Vec<String>>,
+    /// Whether its last plan accepted its spec (it holds its pod names), recorded while
+    /// planning: the next cluster to plan sees it before the status is written and cached.
+    pub holds_names: Option<bool>,
     /// Events this cluster may still emit (see [`crate::events`]).
     events: Option<EventBudget>,
 }
@@ -274,6 +277,20 @@ impl Context {
             }
         }
         taken
+    }
+
+    /// Whether `tc` holds its pod names against a colliding cluster (see
+    /// `slice_core::api::naming`): as its last plan here says, else as its status says
+    /// (what survives an operator restart).
+    pub fn holds_names(&self, tc: &TrainCluster) -> bool {
+        let uid = tc.metadata.uid.as_deref().unwrap_or_default();
+        let planned = self
+            .memory
+            .lock()
+            .expect("memory lock poisoned")
+            .get(uid)
+            .and_then(|m| m.holds_names);
+        planned.unwrap_or_else(|| slice_core::api::naming::holds_names(tc))
     }
 
     /// How many clusters the operator holds memory for.

@@ -288,17 +288,17 @@ pub async fn observe_and_plan(tc: &TrainCluster, ctx: &Arc<Context>) -> Result<S
     // The planner's memory is its last status: ours while the cache has not shown it.
     let mut observed = tc.clone();
     observed.status = planner_memory(tc, ctx, &namespace, &uid).await?;
-    // Names others hold: pod names of a cluster created first, a Service we do not own.
+    // Names others hold (pod names of a cluster that claimed them first, a Service we do
+    // not own) are found under the planning lock.
     let service = headless_service(tc, ctx, &namespace).await?;
-    let conflicts = name_conflicts(tc, ctx, &namespace, service.as_ref());
     let planning = {
         let ctx = ctx.clone();
         move || {
-            let plan = plan_locked(&ctx, &observed, &pods, &conflicts, relists);
-            (plan, observed, conflicts)
+            let (plan, conflicts) = plan_locked(&ctx, &observed, &pods, service.as_ref(), relists);
+            (plan, observed, service, conflicts)
         }
     };
-    let (plan, observed, conflicts) = ctx
+    let (plan, observed, service, conflicts) = ctx
         .planner
         .run(planning)
         .await
@@ -337,16 +337,20 @@ fn gives_back_slices(observed: &TrainCluster, plan: &planner::Plan) -> bool {
 }
 
 /// Plan under the planning lock: one planner at a time, and the creates it plans are
-/// expected (their slices taken) and its reservations recorded before the next one plans.
+/// expected (their slices taken), its reservations and whether it holds its pod names
+/// recorded before the next one plans. Returns the plan and the names others hold.
 fn plan_locked(
     ctx: &Context,
     observed: &TrainCluster,
     pods: &[Arc<LeanPod>],
-    conflicts: &[slice_core::api::validate::FieldError],
+    service: Option<&Service>,
     relists: u64,
-) -> planner::Plan {
+) -> (planner::Plan, Vec<slice_core::api::validate::FieldError>) {
     let uid = uid(observed);
     let mut planning = ctx.planning.lock().expect("planning lock poisoned");
+    // Under the lock: a cluster accepted by the plan just before holds its names, though
+    // its status is not written (or cached) yet.
+    let conflicts = name_conflicts(observed, ctx, service);
     let inventory = planning.inventory(ctx.caches());
     let reserved = ctx.slices_taken_by_others(&uid);
     let plan = planner::plan(&PlanInput {
@@ -354,10 +358,11 @@ fn plan_locked(
         pods,
         inventory: &inventory,
         reserved: &reserved,
-        conflicts,
+        conflicts: &conflicts,
         now: jiff::Timestamp::now(),
     });
     ctx.with_memory(&uid, |m| {
+        m.holds_names = Some(slice_core::api::naming::spec_accepted(&plan.status));
         let pods = plan.create.iter().flat_map(|c| {
             c.pods
                 .iter()
@@ -367,7 +372,7 @@ fn plan_locked(
         m.outstanding.expect_created(pods, relists, Instant::now());
         m.reserved = Some(plan.status.reserved_slices().map(str::to_string).collect());
     });
-    plan
+    (plan, conflicts)
 }
 
 /// The cluster's headless Service: from the Service cache when it shows ours; read from the
@@ -401,18 +406,20 @@ async fn headless_service(
 /// How often a cluster whose names others hold looks again.
 const CONFLICT_RECHECK: Duration = Duration::from_secs(15);
 
+/// Names others hold: pod names of a cluster that claimed them first (as the last plans
+/// here say, else as the statuses cached say), a Service we do not own.
 fn name_conflicts(
     tc: &TrainCluster,
     ctx: &Context,
-    namespace: &str,
     service: Option<&Service>,
 ) -> Vec<slice_core::api::validate::FieldError> {
-    let neighbours = ctx.trainclusters_in(namespace);
+    let neighbours = ctx.trainclusters_in(tc.metadata.namespace.as_deref().unwrap_or_default());
     let others: Vec<&TrainCluster> = neighbours
         .iter()
         .filter_map(|g| g.0.as_ref().ok())
         .collect();
-    let mut conflicts = slice_core::api::naming::name_collisions(tc, &others);
+    let holds = |cluster: &TrainCluster| ctx.holds_names(cluster);
+    let mut conflicts = slice_core::api::naming::name_collisions_by(tc, &others, holds);
     conflicts
         .extend(service.and_then(|s| slice_core::api::naming::foreign_service(tc, &s.metadata)));
     conflicts

@@ -1,7 +1,6 @@
 //! [`FakeKubelet`]: watches pods and nodes, and on every change (and every `resync`) plans
 //! one pass and executes it.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -157,21 +156,21 @@ impl Watches {
         }
     }
 
-    /// Bound pods outside our selection (they hold chips on our nodes too).
+    /// Bound pods outside our selection (they hold chips on our nodes too). Looked up in
+    /// our store pod by pod: a pass runs on every pod event, so nothing is copied here.
     fn others(&self) -> Vec<Arc<Pod>> {
         let Some(all) = &self.all_pods else {
             return Vec::new();
         };
-        let ours: HashSet<String> = self
-            .pods
-            .state()
-            .iter()
-            .filter_map(|p| p.metadata.uid.clone())
-            .collect();
+        let ours = |p: &Pod| {
+            self.pods
+                .get(&reflector::ObjectRef::from_obj(p))
+                .is_some_and(|o| o.metadata.uid == p.metadata.uid)
+        };
         all.state()
             .into_iter()
             .filter(|p| crate::sched::pod_node(p).is_some())
-            .filter(|p| p.metadata.uid.as_ref().is_none_or(|u| !ours.contains(u)))
+            .filter(|p| !ours(p))
             .collect()
     }
 }
