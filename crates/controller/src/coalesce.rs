@@ -3,15 +3,19 @@
 //!
 //! Per object, the first trigger passes at once (a failure is acted on without delay); any
 //! more within the next `window` are merged into one, sent when the window ends, which opens
-//! the next window, twice as long (up to [`MAX_WINDOW_FACTOR`] times `window`: 250 ms
-//! growing to 4 s at the default `--coalesce-ms`). A window
-//! without triggers closes the series. So a burst of any length costs a handful of
+//! the next window: twice as long when it merged at least [`GROW_AFTER`] triggers (up to
+//! [`MAX_WINDOW_FACTOR`] times `window`: 250 ms growing to 4 s at the default
+//! `--coalesce-ms`), else the first window again. A window without triggers closes the
+//! series. So a burst of any length costs a handful of
 //! reconciles, and no object waits longer than the longest window (a debounce that waits
 //! for quiet would starve a cluster whose pods never stop changing).
 //!
-//! An urgent trigger (a pod failed, a container restarted, a pod vanished without being
-//! deleted first, a node changed in a way the planner reads) passes at once, window or not: failures are never held
-//! back by the churn of a burst.
+//! An urgent trigger (a pod failed, a container restarted, a pod of ours left, a node changed
+//! in a way the planner reads) passes at once, window or not, and starts the series again
+//! from the first window: failures, and the replacement that follows them, are never held
+//! back by the churn of a burst. Urgent triggers that keep coming (a slice of pods failing,
+//! thousands of pods leaving in a restart) pass at most once per first window: the next
+//! waits for it to end.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -19,10 +23,16 @@ use std::time::Duration;
 
 use futures::channel::mpsc;
 use futures::{Stream, StreamExt};
-use tokio_util::time::DelayQueue;
+use tokio::time::Instant;
+use tokio_util::time::{DelayQueue, delay_queue};
 
 /// The longest window, as a multiple of the first.
 pub const MAX_WINDOW_FACTOR: u32 = 16;
+
+/// Windows grow only when at least this many triggers were merged in the last one: a
+/// small cluster's few pod events are followed within the first window, a big one's
+/// thousands cost a handful of reconciles.
+pub const GROW_AFTER: u32 = 16;
 
 /// A reconcile trigger.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,9 +59,102 @@ where
     rx.boxed()
 }
 
-/// Per item, its open window: whether another trigger arrived since it opened, and its
-/// length.
-type Windows<T> = HashMap<T, (bool, Duration)>;
+/// One object's open window.
+struct Window {
+    /// Another trigger arrived since the window opened: send one when it closes.
+    again: bool,
+    /// How many did.
+    merged: u32,
+    /// One of them was urgent (held back by the urgent rate).
+    urgent_held: bool,
+    length: Duration,
+    closes: Instant,
+    key: delay_queue::Key,
+    /// When an urgent trigger was last sent for this object.
+    last_urgent: Option<Instant>,
+}
+
+/// The open windows, and the queue that closes them.
+struct Windows<T> {
+    base: Duration,
+    open: HashMap<T, Window>,
+    closing: DelayQueue<T>,
+}
+
+impl<T: Hash + Eq + Clone> Windows<T> {
+    /// Open a window of `length` for `item` (replacing any open one).
+    fn open(&mut self, item: T, length: Duration, last_urgent: Option<Instant>) {
+        if let Some(old) = self.open.remove(&item) {
+            self.closing.remove(&old.key);
+        }
+        let key = self.closing.insert(item.clone(), length);
+        let window = Window {
+            again: false,
+            merged: 0,
+            urgent_held: false,
+            length,
+            closes: Instant::now() + length,
+            key,
+            last_urgent,
+        };
+        self.open.insert(item, window);
+    }
+
+    /// What to do with a trigger: `Some(item)` to send now.
+    fn trigger(&mut self, item: T, urgent: bool) -> Option<T> {
+        let now = Instant::now();
+        let Some(window) = self.open.get_mut(&item) else {
+            self.open(item.clone(), self.base, urgent.then_some(now));
+            return Some(item);
+        };
+        if !urgent {
+            window.again = true;
+            window.merged = window.merged.saturating_add(1);
+            return None;
+        }
+        match window.last_urgent {
+            // Urgent ones keep coming: at most one per base window, the next when it ends.
+            Some(last) if now < last + self.base => {
+                window.again = true;
+                window.urgent_held = true;
+                let due = last + self.base;
+                if window.closes > due {
+                    self.closing.reset_at(&window.key, due);
+                    window.closes = due;
+                    window.length = self.base;
+                }
+                None
+            }
+            // At once, and the series starts again from the base window: what follows an
+            // urgent change (a replacement coming up) is followed closely too.
+            _ => {
+                self.open(item.clone(), self.base, Some(now));
+                Some(item)
+            }
+        }
+    }
+
+    /// A window closed: `Some(item)` to send when triggers came during it, which opens the
+    /// next window, twice as long.
+    fn closed(&mut self, item: T, max: Duration) -> Option<T> {
+        let window = self.open.remove(&item)?;
+        if !window.again {
+            return None;
+        }
+        if window.urgent_held {
+            // This send is the held urgent one: the urgent rate counts from now.
+            self.open(item.clone(), self.base, Some(Instant::now()));
+        } else {
+            let next = if window.merged >= GROW_AFTER {
+                (window.length * 2).min(max)
+            } else {
+                self.base
+            };
+            self.open(item.clone(), next, window.last_urgent);
+        }
+        Some(item)
+    }
+}
 
 async fn run<T>(
     mut triggers: futures::stream::BoxStream<'static, Trigger<T>>,
@@ -60,43 +163,29 @@ async fn run<T>(
 ) where
     T: Hash + Eq + Clone + Send + 'static,
 {
-    let mut open: Windows<T> = HashMap::new();
-    let mut closing: DelayQueue<T> = DelayQueue::new();
+    let mut windows = Windows {
+        base: window,
+        open: HashMap::new(),
+        closing: DelayQueue::new(),
+    };
+    let max = window * MAX_WINDOW_FACTOR;
     let mut input_done = false;
     loop {
-        tokio::select! {
+        let send = tokio::select! {
             trigger = triggers.next(), if !input_done => match trigger {
-                Some(Trigger { target: item, urgent }) => match open.get_mut(&item) {
-                    Some((again, _)) if urgent => {
-                        // Sent now: nothing left for the window to send.
-                        *again = false;
-                        if tx.unbounded_send(item).is_err() {
-                            return;
-                        }
-                    }
-                    Some((again, _)) => *again = true,
-                    None => {
-                        if tx.unbounded_send(item.clone()).is_err() {
-                            return;
-                        }
-                        open.insert(item.clone(), (false, window));
-                        closing.insert(item, window);
-                    }
-                },
-                None => input_done = true,
-            },
-            Some(expired) = closing.next() => {
-                let item = expired.into_inner();
-                if let Some((true, length)) = open.remove(&item) {
-                    if tx.unbounded_send(item.clone()).is_err() {
-                        return;
-                    }
-                    let next = (length * 2).min(window * MAX_WINDOW_FACTOR);
-                    open.insert(item.clone(), (false, next));
-                    closing.insert(item, next);
+                Some(Trigger { target, urgent }) => windows.trigger(target, urgent),
+                None => {
+                    input_done = true;
+                    None
                 }
-            }
+            },
+            Some(expired) = windows.closing.next() => windows.closed(expired.into_inner(), max),
             else => return,
+        };
+        if let Some(item) = send
+            && tx.unbounded_send(item).is_err()
+        {
+            return;
         }
     }
 }
@@ -206,5 +295,84 @@ mod tests {
     async fn a_short_burst_costs_a_few_reconciles() {
         // 5 s of triggers every 10 ms: at 0, then as windows of 0.25, 0.5, 1, 2, 4 s end.
         assert_eq!(passed_at(500).await, [0, 250, 750, 1750, 3750, 7750]);
+    }
+
+    fn urgent<T>(target: T) -> Trigger<T> {
+        Trigger {
+            target,
+            urgent: true,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_urgent_trigger_starts_the_series_again_from_the_first_window() {
+        let (tx, rx) = mpsc::unbounded();
+        let mut out = coalesce(rx, WINDOW);
+        let start = tokio::time::Instant::now();
+        let ms = |at: tokio::time::Instant| (at - start).as_millis();
+        // A burst for 2 s: the windows grow to 2 s (sends at 0, 250, 750, 1750).
+        let feeder = tokio::spawn(async move {
+            for _ in 0..200 {
+                tx.unbounded_send(plain(7u32)).unwrap();
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            tx
+        });
+        let mut at = Vec::new();
+        for _ in 0..4 {
+            out.next().await;
+            at.push(ms(tokio::time::Instant::now()));
+        }
+        assert_eq!(at, [0, 250, 750, 1750]);
+        let tx = feeder.await.unwrap();
+        // At 2 s, inside a 2 s window: a pod of ours left. Sent at once...
+        tx.unbounded_send(urgent(7)).unwrap();
+        out.next().await;
+        assert_eq!(ms(tokio::time::Instant::now()), 2000);
+        // ... and what follows it (its replacement coming up) waits one first window only.
+        tx.unbounded_send(plain(7)).unwrap();
+        out.next().await;
+        assert_eq!(ms(tokio::time::Instant::now()), 2250);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn urgent_triggers_that_keep_coming_pass_once_per_first_window() {
+        let (tx, rx) = mpsc::unbounded();
+        let mut out = coalesce(rx, WINDOW);
+        let feeder = tokio::spawn(async move {
+            // Thousands of pods leaving in a restart: one every 10 ms for 1 s.
+            for _ in 0..100 {
+                tx.unbounded_send(urgent(7u32)).unwrap();
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+        let mut at = Vec::new();
+        let start = tokio::time::Instant::now();
+        while out.next().await.is_some() {
+            at.push(start.elapsed().as_millis());
+        }
+        feeder.await.unwrap();
+        assert_eq!(at, [0, 250, 500, 750, 1000]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trickle_of_triggers_is_followed_within_the_first_window() {
+        let (tx, rx) = mpsc::unbounded();
+        let mut out = coalesce(rx, WINDOW);
+        let feeder = tokio::spawn(async move {
+            // A small cluster's pods coming up: one change every 100 ms for 2 s.
+            for _ in 0..20 {
+                tx.unbounded_send(plain(7u32)).unwrap();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        let mut at = Vec::new();
+        let start = tokio::time::Instant::now();
+        while out.next().await.is_some() {
+            at.push(start.elapsed().as_millis());
+        }
+        feeder.await.unwrap();
+        // Every window merged few: none grew.
+        assert_eq!(at, [0, 250, 500, 750, 1000, 1250, 1500, 1750, 2000]);
     }
 }

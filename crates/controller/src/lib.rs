@@ -285,12 +285,11 @@ where
         node_changes
             .flat_map(move |n| triggers(node_to_clusters(n), true))
             .boxed(),
-        // A pod gone without a graceful deletion first (force-deleted, its node removed):
-        // urgent for its own cluster; its slice is free for the others.
+        // A pod of ours gone (its group's teardown may be complete, a replacement due):
+        // urgent for its own cluster; its slice may be free for the others.
         pods_gone
             .flat_map(move |p| {
-                let abrupt = p.metadata.deletion_timestamp.is_none();
-                let own = owner_of_ours(&p, watched.as_deref()).filter(|_| abrupt);
+                let own = owner_of_ours(&p, watched.as_deref());
                 let freed = triggers(freed_to_clusters(p), false);
                 triggers(own, true).chain(freed)
             })

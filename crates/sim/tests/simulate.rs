@@ -221,7 +221,7 @@ async fn start_costs_goodput_and_the_comparison_without_spares() {
 
     for s in [&with, without] {
         let g = s.goodput["tiny"];
-        assert!(g.wanted > 0.0 && g.productive > 0.0, "{g:?}");
+        assert!(g.wanted > 0.0 && g.productive > 0.0, "{g:?}: {text}");
         assert!(
             g.productive < g.wanted,
             "bring-up and recovery are lost: {g:?}"
