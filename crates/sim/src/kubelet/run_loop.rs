@@ -45,14 +45,44 @@ pub async fn resolve_scheduler_mode(client: &Client, mode: SchedulerMode) -> Sch
 pub struct FakeKubelet {
     stop: watch::Sender<bool>,
     join: JoinHandle<()>,
+    nodes: Store<Node>,
+    pods: Store<Pod>,
+    all_pods: Option<Store<Pod>>,
 }
 
 impl FakeKubelet {
     /// Starts the scheduler + kubelet loop as a tokio task.
     pub fn run(client: Client, options: KubeletOptions) -> FakeKubelet {
         let (stop, stop_rx) = watch::channel(false);
-        let join = tokio::spawn(run_loop(client, options, stop_rx));
-        FakeKubelet { stop, join }
+        let notify = Arc::new(Notify::new());
+        let watches = Watches::spawn(&client, &options, &notify);
+        let (nodes, pods, all_pods) = (
+            watches.nodes.clone(),
+            watches.pods.clone(),
+            watches.all_pods.clone(),
+        );
+        let join = tokio::spawn(run_loop(client, options, watches, notify, stop_rx));
+        FakeKubelet {
+            stop,
+            join,
+            nodes,
+            pods,
+            all_pods,
+        }
+    }
+
+    /// The node `name` as this kubelet (and scheduler) last saw it. What it has not seen
+    /// yet does not hold it back, as for a real scheduler: tests wait on this, not on time.
+    pub fn seen_node(&self, name: &str) -> Option<Arc<Node>> {
+        self.nodes.get(&reflector::ObjectRef::new(name))
+    }
+
+    /// The pod `namespace/name` as this kubelet last saw it (its own or anyone's).
+    pub fn seen_pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+        let reference = reflector::ObjectRef::new(name).within(namespace);
+        self.pods
+            .get(&reference)
+            .or_else(|| self.all_pods.as_ref()?.get(&reference))
     }
 
     /// Stops the loop and waits for it to end.
@@ -191,9 +221,13 @@ fn labelled(selector: Option<&str>) -> watcher::Config {
     }
 }
 
-async fn run_loop(client: Client, options: KubeletOptions, mut stop: watch::Receiver<bool>) {
-    let notify = Arc::new(Notify::new());
-    let watches = Watches::spawn(&client, &options, &notify);
+async fn run_loop(
+    client: Client,
+    options: KubeletOptions,
+    watches: Watches,
+    notify: Arc<Notify>,
+    mut stop: watch::Receiver<bool>,
+) {
     let stopped = tokio::select! {
         _ = watches.ready() => false,
         _ = stop.wait_for(|s| *s) => true,

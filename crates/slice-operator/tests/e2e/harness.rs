@@ -559,6 +559,17 @@ impl Env {
             .expect("create TrainCluster")
     }
 
+    /// Wait until this Env's fake kubelet (and scheduler) has seen what `check` looks for:
+    /// a change it has not observed yet cannot hold it back, as for a real scheduler.
+    pub async fn wait_kubelet_sees(&self, what: &str, check: impl Fn(&FakeKubelet) -> bool) {
+        let kubelet = self.kubelet.as_ref().expect("this Env runs a fake kubelet");
+        self.wait_for(what, Duration::from_secs(30), || {
+            let seen = check(kubelet);
+            async move { seen.then_some(()) }
+        })
+        .await
+    }
+
     pub async fn wait_for<T, F, Fut>(&self, what: &str, timeout: Duration, mut check: F) -> T
     where
         F: FnMut() -> Fut,

@@ -102,6 +102,16 @@ async fn hold_scheduling(env: &Env, pool: &str, hold: bool) {
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .unwrap();
+        let held = |node: &Node| {
+            node.spec
+                .iter()
+                .flat_map(|s| s.taints.iter().flatten())
+                .any(|t| t.key == "e2e.slices.dev/hold")
+        };
+        env.wait_kubelet_sees(&format!("{name} held: {hold}"), |k| {
+            k.seen_node(&name).is_some_and(|n| held(&n) == hold)
+        })
+        .await;
     }
 }
 
@@ -124,8 +134,13 @@ async fn a_group_on_a_slice_taken_behind_the_operators_back_is_given_up_and_plac
         },
     )
     .await;
-    // ... and before it can, another team's pods take its chips.
-    other_teams_pods(&env, &team, "pool-0", 4).await;
+    // ... and before it can, another team's pods take its chips (bound to its nodes, as
+    // the kubelet and scheduler see before the hold is lifted).
+    let job = other_teams_pods(&env, &team, "pool-0", 4).await;
+    env.wait_kubelet_sees("the other team's pods", |k| {
+        job.iter().all(|name| k.seen_pod(&team, name).is_some())
+    })
+    .await;
     hold_scheduling(&env, "pool-0", false).await;
     let (tc, pods) = env.wait_running("late", 1, 4).await;
     let placed: Vec<(String, Option<String>)> = pods
