@@ -256,7 +256,9 @@ pub async fn create_group(api: &Api<Pod>, group: &GroupCreate, limit: &CallLimit
             })
             .collect(),
     };
-    if let Err(e) = delete_group(api, &rollback, limit).await {
+    // Its own permits: a partial group must not wait behind every other group's creates.
+    let own = CallLimit::new(rollback.pods.len().max(1));
+    if let Err(e) = delete_group(api, &rollback, &own).await {
         // The planner deletes the incomplete group on the next reconcile.
         tracing::warn!(error = %e, group = %group.group, replica = group.replica, "rollback of a partial group failed");
     }

@@ -239,9 +239,29 @@ impl Context {
             .cloned()
             .collect();
         for uid in &gone {
+            let reserved =
+                self.with_memory(uid, |m| m.reserved.as_ref().is_some_and(|r| !r.is_empty()));
             self.forget(uid);
+            // Deleted outright (no finalizer): no reconcile saw it go, and no pod event will
+            // announce the slices it kept for replicas it never created.
+            if reserved {
+                self.nudge_others(uid);
+            }
         }
         gone.len()
+    }
+
+    /// The planning state, locked. After a plan panicked while holding it, it is started
+    /// afresh (the inventory rebuilt from the caches on next use): one bad plan must not
+    /// stop every cluster from planning, nor leave an inventory half updated.
+    pub fn planning(&self) -> std::sync::MutexGuard<'_, Planning> {
+        self.planning.lock().unwrap_or_else(|poisoned| {
+            tracing::error!("a plan panicked; the inventory is rebuilt from the caches");
+            self.planning.clear_poison();
+            let mut planning = poisoned.into_inner();
+            *planning = Planning::default();
+            planning
+        })
     }
 
     /// Slices clusters other than `uid` have taken though the inventory (built from the pod
@@ -304,6 +324,8 @@ impl Context {
 #[derive(Default)]
 pub struct Planning {
     live: LiveInventory,
+    /// Built from the stores at least once (a new one, or one reset after a panic, is not).
+    built: bool,
 }
 
 impl Planning {
@@ -312,7 +334,7 @@ impl Planning {
     pub fn inventory(&mut self, caches: &Caches) -> Arc<Inventory> {
         let (nodes, pods) = (journal(&caches.nodes), journal(&caches.pods));
         match (nodes, pods) {
-            (Entries::Changes(nodes), Entries::Changes(pods)) => {
+            (Entries::Changes(nodes), Entries::Changes(pods)) if self.built => {
                 for change in nodes {
                     match change {
                         Change::Applied(node) => self.live.apply_node(node),
@@ -331,6 +353,7 @@ impl Planning {
             }
             // A cache listed again, or too much changed: start from the stores.
             _ => {
+                self.built = true;
                 self.live =
                     LiveInventory::new(caches.nodes.store.state(), caches.pods.store.state())
             }
@@ -433,5 +456,52 @@ mod tests {
             ctx.slices_taken_by_others("uid-b").is_empty(),
             "not by others"
         );
+    }
+
+    #[tokio::test]
+    async fn a_plan_that_panicked_leaves_an_inventory_rebuilt_from_the_caches_not_a_stuck_lock() {
+        use crate::watches::{Feed, Policy};
+        use kube::runtime::watcher::Event;
+        use slice_core::testing::{World, train_cluster, v6e_pools};
+        let ctx = context();
+        let mut world = World::new(
+            train_cluster(slice_core::api::Membership::Independent, 1, 1),
+            v6e_pools(1),
+        );
+        world.settle(5);
+        let (lean_nodes, lean_pods) = world.observed();
+        assert!(!lean_pods.is_empty());
+        let (pods, mut pod_feed) = Feed::new(Policy::pods());
+        let (nodes, mut node_feed) = Feed::new(Policy::nodes());
+        let (services, mut service_feed) = Feed::new(Policy::services());
+        node_feed.list(lean_nodes.iter().map(|n| LeanNode::clone(n)));
+        pod_feed.list(lean_pods.iter().map(|p| LeanPod::clone(p)));
+        service_feed.list([]);
+        ctx.set_caches(Caches {
+            pods,
+            nodes,
+            services,
+        });
+        let held = |ctx: &Context| {
+            let inventory = ctx.planning().inventory(ctx.caches());
+            !inventory.slice("pool-0").expect("pool-0").is_free()
+        };
+        assert!(held(&ctx));
+        // A plan panics while holding the planning state, after it took the journals.
+        for pod in &lean_pods {
+            pod_feed.apply(Event::Delete(LeanPod::clone(pod)));
+        }
+        let panicked = std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut planning = ctx.planning();
+                let _taken = journal(&ctx.caches().pods);
+                drop(planning.live.inventory());
+                panic!("a bad plan");
+            })
+            .join()
+        });
+        assert!(panicked.is_err());
+        // The next plan is made, from the caches as they are: the pod is gone.
+        assert!(!held(&ctx), "rebuilt from the stores");
     }
 }

@@ -35,6 +35,9 @@ pub enum Error {
     Timeout(&'static str),
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The planner thread stopped, or a plan panicked (the inventory is rebuilt).
+    #[error("{0}")]
+    Planner(String),
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -55,6 +58,7 @@ impl Error {
             Error::LeadershipLost(_) => "leadership_lost",
             Error::Timeout(_) => "timeout",
             Error::Config(_) => "config",
+            Error::Planner(_) => "planner",
             Error::Io(_) => "io",
         }
     }

@@ -275,7 +275,10 @@ where
     let triggers = futures::stream::select_all([
         pod_changes
             .flat_map(move |p| {
-                let urgent = coalesce::pod_trouble(&p);
+                // Trouble in our own pods only: another team's restarting pods are no
+                // emergency for every cluster of their shape.
+                let urgent = coalesce::pod_trouble(&p)
+                    && slice_core::inventory::train_cluster_owner(&p).is_some();
                 triggers(pod_to_clusters(p), urgent)
             })
             .boxed(),

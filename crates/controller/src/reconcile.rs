@@ -302,7 +302,7 @@ pub async fn observe_and_plan(tc: &TrainCluster, ctx: &Arc<Context>) -> Result<S
         .planner
         .run(planning)
         .await
-        .map_err(|e| Error::Config(e.to_string()))?;
+        .map_err(|e| Error::Planner(e.to_string()))?;
     if gives_back_slices(&observed, &plan) {
         ctx.nudge_others(&uid);
     }
@@ -347,7 +347,7 @@ fn plan_locked(
     relists: u64,
 ) -> (planner::Plan, Vec<slice_core::api::validate::FieldError>) {
     let uid = uid(observed);
-    let mut planning = ctx.planning.lock().expect("planning lock poisoned");
+    let mut planning = ctx.planning();
     // Under the lock: a cluster accepted by the plan just before holds its names, though
     // its status is not written (or cached) yet.
     let conflicts = name_conflicts(observed, ctx, service);

@@ -1,14 +1,17 @@
-//! The operator's Pod and Node caches, and the one freshness mechanism of the operator.
+//! The operator's watched collections: Pods, Nodes and our Services.
 //!
 //! Each watch runs in its own task and owns its reflector writer. For every event it
-//! (1) applies the event to the store, (2) bumps the cache's version, (3) hands a trigger to
-//! the controller through an unbounded channel. Because (2) follows (1), a plan that read a
-//! version `v` before reading the store sees every change up to `v`; a reconcile triggered by
-//! a change always sees it. Because (3) never waits, a slow controller can never stop the
-//! watch from being read (a bounded hand-off did: the socket filled, the cache froze).
+//! (1) applies the event to the store, (2) updates the per-cluster index and appends the
+//! change to the journal the live inventory reads, (3) bumps the cache's version, (4) hands a
+//! trigger to the controller through an unbounded channel. Because (4) follows (1) and (2),
+//! a reconcile triggered by a change always sees it, in the store, the index and the
+//! inventory. Because (4) never waits, a slow controller can never stop the watch from being
+//! read (a bounded hand-off did: the socket filled, the cache froze). Our own writes not yet
+//! seen are tracked in `freshness.rs`.
 //!
 //! Events that change nothing the planner reads (node heartbeats, pod status churn the lean
-//! views drop) are applied but neither bump the version nor trigger anything.
+//! views drop) are applied to the store but are neither journaled nor versioned, and
+//! trigger nothing.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
