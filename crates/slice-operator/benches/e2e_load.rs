@@ -114,7 +114,13 @@ async fn run(binary: &str) -> anyhow::Result<()> {
     let mut operator = Command::new(binary)
         .args(["run", "--kubeconfig"])
         .arg(&kubeconfig)
-        .args(["--metrics-addr", METRICS_ADDR, "--concurrency", "16"])
+        // As the chart ships it: `concurrency` from charts/slice-operator/values.yaml.
+        .args([
+            "--metrics-addr",
+            METRICS_ADDR,
+            "--concurrency",
+            &chart_concurrency()?,
+        ])
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .spawn()?;
@@ -199,6 +205,19 @@ async fn run(binary: &str) -> anyhow::Result<()> {
     let _ = std::fs::remove_file(kubeconfig);
     anyhow::ensure!(converged.is_some(), "did not converge");
     Ok(())
+}
+
+/// The `concurrency` the chart installs the operator with (its values.yaml).
+fn chart_concurrency() -> anyhow::Result<String> {
+    let values = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../charts/slice-operator/values.yaml"
+    ))?;
+    values
+        .lines()
+        .find_map(|l| l.strip_prefix("concurrency:"))
+        .map(|v| v.trim().to_string())
+        .ok_or_else(|| anyhow::anyhow!("no concurrency in the chart's values.yaml"))
 }
 
 /// Other teams' TPU pods in the cluster (`FOREIGN_PODS`, default 12,800): the operator keeps

@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 use harness::{Env, EnvOptions, label};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
+use slice_controller::OperatorConfig;
+use slice_controller::coalesce::MAX_WINDOW_FACTOR;
 use slice_core::api::{Membership, Phase, TrainCluster};
 use slice_core::constants::*;
 use slice_emulator::EmulatorOptions;
@@ -74,9 +76,27 @@ async fn wait_complete(
     .await
 }
 
-/// Reconciles the operator has finished (started ones are counted when they end).
+/// Reconciles the operator has started.
 fn reconciles(env: &Env) -> u64 {
-    harness::operator_metric(env, 0, "slice_operator_reconcile_duration_seconds_count")
+    harness::operator_metric(env, 0, "slice_operator_reconciliations_total")
+}
+
+/// The reconciles started until the operator is quiet: none for longer than the longest
+/// coalescing window, so no merged trigger is still waiting to be counted.
+async fn reconciles_until_quiet(env: &Env) -> u64 {
+    let longest = Duration::from_millis(
+        OperatorConfig::in_process().coalesce_ms * u64::from(MAX_WINDOW_FACTOR),
+    );
+    let quiet = longest + Duration::from_millis(500);
+    let (mut last, mut since) = (reconciles(env), Instant::now());
+    while since.elapsed() < quiet {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = reconciles(env);
+        if now != last {
+            (last, since) = (now, Instant::now());
+        }
+    }
+    last
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -104,8 +124,9 @@ async fn a_64_slice_multislice_job_of_1024_pods_restarts_once_and_recovers_fully
     env.create(&tc).await;
     let (tc, pods) = wait_complete(&env, None, Duration::from_secs(120)).await;
     let up = started.elapsed();
-    // Pod events come by the thousand; they coalesce into a handful of reconciles.
-    let creation_reconciles = reconciles(&env) - reconciles_before;
+    // Pod events come by the thousand; they coalesce into a handful of reconciles (counted
+    // until the operator is quiet, trailing windows included).
+    let creation_reconciles = reconciles_until_quiet(&env).await - reconciles_before;
     assert!(
         creation_reconciles <= 10,
         "{creation_reconciles} reconciles to create a 64-slice cluster"
