@@ -264,14 +264,20 @@ mod tests {
         assert_eq!(out.next().await, None, "ends with its input");
     }
 
-    /// When the coalesced triggers come out of `count` triggers, one every 10 ms (ms).
+    /// When (ms) the coalesced triggers come out of `count` triggers, one every 10 ms.
     async fn passed_at(count: usize) -> Vec<u128> {
+        fed(count, 10, plain).await
+    }
+
+    /// When (ms) the coalesced triggers come out of `count` triggers made by `make`, one
+    /// every `every_ms`.
+    async fn fed(count: usize, every_ms: u64, make: fn(u32) -> Trigger<u32>) -> Vec<u128> {
         let (tx, rx) = mpsc::unbounded();
         let mut out = coalesce(rx, WINDOW);
         let feeder = tokio::spawn(async move {
             for _ in 0..count {
-                tx.unbounded_send(plain(7u32)).unwrap();
-                tokio::time::sleep(Duration::from_millis(10)).await;
+                tx.unbounded_send(make(7)).unwrap();
+                tokio::time::sleep(Duration::from_millis(every_ms)).await;
             }
         });
         let mut at = Vec::new();
@@ -337,42 +343,15 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn urgent_triggers_that_keep_coming_pass_once_per_first_window() {
-        let (tx, rx) = mpsc::unbounded();
-        let mut out = coalesce(rx, WINDOW);
-        let feeder = tokio::spawn(async move {
-            // Thousands of pods leaving in a restart: one every 10 ms for 1 s.
-            for _ in 0..100 {
-                tx.unbounded_send(urgent(7u32)).unwrap();
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        });
-        let mut at = Vec::new();
-        let start = tokio::time::Instant::now();
-        while out.next().await.is_some() {
-            at.push(start.elapsed().as_millis());
-        }
-        feeder.await.unwrap();
-        assert_eq!(at, [0, 250, 500, 750, 1000]);
+        // Thousands of pods leaving in a restart: one every 10 ms for 1 s.
+        assert_eq!(fed(100, 10, urgent).await, [0, 250, 500, 750, 1000]);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_trickle_of_triggers_is_followed_within_the_first_window() {
-        let (tx, rx) = mpsc::unbounded();
-        let mut out = coalesce(rx, WINDOW);
-        let feeder = tokio::spawn(async move {
-            // A small cluster's pods coming up: one change every 100 ms for 2 s.
-            for _ in 0..20 {
-                tx.unbounded_send(plain(7u32)).unwrap();
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        });
-        let mut at = Vec::new();
-        let start = tokio::time::Instant::now();
-        while out.next().await.is_some() {
-            at.push(start.elapsed().as_millis());
-        }
-        feeder.await.unwrap();
-        // Every window merged few: none grew.
+        // A small cluster's pods coming up: one change every 100 ms for 2 s. Every window
+        // merged few: none grew.
+        let at = fed(20, 100, plain).await;
         assert_eq!(at, [0, 250, 500, 750, 1000, 1250, 1500, 1750, 2000]);
     }
 }
