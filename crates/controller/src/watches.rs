@@ -298,27 +298,32 @@ where
             _ => None,
         };
         let changed = match &event {
-            watcher::Event::Apply(obj) => match &previous {
-                Some(old) if (self.same_for_planner)(old, obj) => None,
-                _ => Some(obj.clone()),
-            },
-            watcher::Event::Delete(obj) => Some(obj.clone()),
+            watcher::Event::Apply(obj) => {
+                !matches!(&previous, Some(old) if (self.same_for_planner)(old, obj))
+            }
+            watcher::Event::Delete(_) => true,
             watcher::Event::Init => {
                 self.synced.store(false, Ordering::Release);
-                None
+                false
             }
-            watcher::Event::InitApply(_) => None,
-            watcher::Event::InitDone => None,
+            watcher::Event::InitApply(_) | watcher::Event::InitDone => false,
         };
         self.writer.apply_watcher_event(&event);
         if let Some(index) = &self.index {
             index.follow(&event, previous.as_ref(), &self.reader);
         }
+        // What the journal and the triggers get: the object as stored (no copy of it), or
+        // the one the store held before a deletion.
+        let handed = match &event {
+            watcher::Event::Apply(obj) if changed => self.reader.get(&ObjectRef::from_obj(obj)),
+            watcher::Event::Delete(obj) => Some(previous.unwrap_or_else(|| Arc::new(obj.clone()))),
+            _ => None,
+        };
         if let Some(journal) = &self.journal {
-            self.record(journal, &event, changed.is_some(), previous);
+            record(journal, &event, handed.as_ref());
         }
         let relisted = matches!(event, watcher::Event::InitDone);
-        if changed.is_some() || relisted {
+        if changed || relisted {
             self.version.fetch_add(1, Ordering::AcqRel);
         }
         if relisted {
@@ -326,8 +331,7 @@ where
             self.synced.store(true, Ordering::Release);
             let _ = self.relist_tx.unbounded_send(());
         }
-        if let Some(obj) = changed {
-            let obj = Arc::new(obj);
+        if let Some(obj) = handed {
             if matches!(event, watcher::Event::Delete(_)) {
                 let _ = self.deleted_tx.unbounded_send(obj.clone());
             }
@@ -336,33 +340,20 @@ where
     }
 }
 
+/// Journal an event the store has just applied, if the planner can see it (`handed`).
+fn record<K>(journal: &Journal<K>, event: &watcher::Event<K>, handed: Option<&Arc<K>>) {
+    match (event, handed) {
+        (watcher::Event::Apply(_), Some(obj)) => journal.push(Change::Applied(obj.clone())),
+        (watcher::Event::Delete(_), Some(obj)) => journal.push(Change::Deleted(obj.clone())),
+        (watcher::Event::InitDone, _) => journal.relisted(),
+        _ => {}
+    }
+}
+
 impl<K> WatchState<K>
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
-    /// Journal an event the store has just applied, if the planner can see it: the stored
-    /// object itself (no copy), or the one the store held before a deletion.
-    fn record(
-        &self,
-        journal: &Journal<K>,
-        event: &watcher::Event<K>,
-        changed: bool,
-        previous: Option<Arc<K>>,
-    ) {
-        match event {
-            watcher::Event::Apply(obj) if changed => {
-                if let Some(stored) = self.reader.get(&ObjectRef::from_obj(obj)) {
-                    journal.push(Change::Applied(stored));
-                }
-            }
-            watcher::Event::Delete(obj) => journal.push(Change::Deleted(
-                previous.unwrap_or_else(|| Arc::new(obj.clone())),
-            )),
-            watcher::Event::InitDone => journal.relisted(),
-            _ => {}
-        }
-    }
-
     /// The event as the store should see it: objects not kept are dropped, or removed if the
     /// store holds them (they were kept before).
     fn kept(&self, event: watcher::Event<K>) -> Option<watcher::Event<K>> {
