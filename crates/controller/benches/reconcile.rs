@@ -49,18 +49,8 @@ type Response = http::Response<kube::client::Body>;
 /// A running 1,000-slice cluster of v6e 16x16 slices (64 hosts each), settled. Its history
 /// is ten minutes old: the reconcile plans at the wall clock.
 fn big_world(membership: Membership) -> World {
-    let mut tc = train_cluster(membership, 1, SLICES);
-    tc.spec.worker_groups[0] = tpu_group("w", "tpu-v6e-slice", "16x16", 4, 1, SLICES);
-    let nodes = (0..SLICES)
-        .flat_map(|i| node_pool(&format!("p{i:04}"), "tpu-v6e-slice", "16x16", 4, HOSTS))
-        .collect();
-    let mut world = World::new(tc, nodes);
-    world.now = jiff::Timestamp::now() - jiff::SignedDuration::from_mins(10);
-    world.step();
-    world.step();
-    assert_eq!(world.pods.len(), (SLICES * HOSTS) as usize);
-    assert!(world.plan().is_noop(), "settled");
-    world
+    let start = jiff::Timestamp::now() - jiff::SignedDuration::from_mins(10);
+    settled_v6e_world(membership, SLICES, HOSTS, Some(start))
 }
 
 /// The operator's side: a context whose caches hold the world as the watches would.

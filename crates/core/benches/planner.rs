@@ -16,17 +16,7 @@ const HOSTS: u32 = 64;
 
 /// A running 1,000-slice cluster of v6e 16x16 slices (64 hosts each), settled.
 fn big_world(membership: Membership) -> World {
-    let mut tc = train_cluster(membership, 1, SLICES);
-    tc.spec.worker_groups[0] = tpu_group("w", "tpu-v6e-slice", "16x16", 4, 1, SLICES);
-    let nodes = (0..SLICES)
-        .flat_map(|i| node_pool(&format!("p{i:04}"), "tpu-v6e-slice", "16x16", 4, HOSTS))
-        .collect();
-    let mut world = World::new(tc, nodes);
-    world.step();
-    world.step();
-    assert_eq!(world.pods.len(), (SLICES * HOSTS) as usize);
-    assert!(world.plan().is_noop(), "settled");
-    world
+    settled_v6e_world(membership, SLICES, HOSTS, None)
 }
 
 /// The reflector stores a clone of each object it deserializes (`Arc::new(obj.clone())`),

@@ -65,6 +65,31 @@ pub fn node_pool(
         .collect()
 }
 
+/// A running multislice or independent cluster of `slices` v6e 16x16 slices (`hosts` hosts
+/// each, pools `p0000..`), settled: the benchmarks' fixture. Its clock starts at `start`
+/// when given (a bench that plans at the wall clock wants a history in the past).
+pub fn settled_v6e_world(
+    membership: Membership,
+    slices: u32,
+    hosts: u32,
+    start: Option<Timestamp>,
+) -> World {
+    let mut tc = train_cluster(membership, 1, slices);
+    tc.spec.worker_groups[0] = tpu_group("w", "tpu-v6e-slice", "16x16", 4, 1, slices);
+    let nodes = (0..slices)
+        .flat_map(|i| node_pool(&format!("p{i:04}"), "tpu-v6e-slice", "16x16", 4, hosts))
+        .collect();
+    let mut world = World::new(tc, nodes);
+    if let Some(start) = start {
+        world.now = start;
+    }
+    world.step();
+    world.step();
+    assert_eq!(world.pods.len(), (slices * hosts) as usize);
+    assert!(world.plan().is_noop(), "settled");
+    world
+}
+
 /// `count` v6e 4x4 pools named `pool-0..`.
 pub fn v6e_pools(count: u32) -> Vec<Node> {
     (0..count)

@@ -310,21 +310,8 @@ fn plan_of_a_waiting_neighbour(world: &World) -> Plan {
 #[test]
 fn a_restart_keeps_its_slices_from_others_while_its_old_pods_go_one_slice_at_a_time() {
     for membership in [Membership::Multislice, Membership::Independent] {
-        let mut world = World::new(train_cluster(membership, 1, 3), v6e_pools(3));
-        world.settle(5);
-        fail_pod(world.pod_mut("demo-workers-1-0"));
-        let restart = world.plan();
-        write_status_only(&mut world, &restart);
-        let leaving: Vec<String> = restart
-            .delete
-            .iter()
-            .flat_map(|d| d.pods.iter().map(|p| p.name.clone()))
-            .collect();
-        mark_terminating(&mut world, &leaving);
         // The pods on pool-1 are gone first; elsewhere (multislice) they still stop.
-        world
-            .pods
-            .retain(|p| World::label_of(p, LABEL_SLICE).as_deref() != Some("pool-1"));
+        let mut world = mid_restart(membership);
         let neighbour = plan_of_a_waiting_neighbour(&world);
         assert!(
             neighbour.create.is_empty(),
