@@ -207,13 +207,16 @@ pub async fn create_group(api: &Api<Pod>, group: &GroupCreate, limit: &CallLimit
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
     };
-    let results: Vec<Result<Pod, kube::Error>> = stream::iter(group.pods.iter().cloned())
-        .map(|pod: Pod| {
+    let hosts = u32::try_from(group.pods.len()).expect("a group's hosts fit in u32");
+    let results: Vec<Result<Pod, kube::Error>> = stream::iter(0..hosts)
+        .map(|host| {
             let params = params.clone();
             let api = api.clone();
             async move {
-                let (api, params, pod) = (&api, &params, &pod);
+                let (api, params) = (&api, &params);
                 let _permit = limit.acquire().await.expect("the limit is never closed");
+                // Rendered only once it may be sent: a plan's waiting creates hold no pods.
+                let pod = &group.pods.pod(host);
                 let created = (|| bounded(api.create(params, pod)))
                     .retry(backoff())
                     .when(retryable)
@@ -321,6 +324,7 @@ mod tests {
     use http::{Request, Response};
     use kube::client::Body;
     use slice_core::constants::LABEL_GROUP_KEY;
+    use slice_core::planner::GroupPods;
 
     use super::*;
 
@@ -378,7 +382,7 @@ mod tests {
             replica: 0,
             epoch: 1,
             slice: None,
-            pods: vec![pod],
+            pods: GroupPods::one(pod),
         }
     }
 

@@ -69,9 +69,9 @@ impl Outstanding {
     }
 
     /// Pods whose creation was not attempted or failed: nothing of theirs is coming.
-    pub fn withdraw_created<'a>(&mut self, names: impl IntoIterator<Item = &'a str>) {
+    pub fn withdraw_created<S: AsRef<str>>(&mut self, names: impl IntoIterator<Item = S>) {
         for name in names {
-            self.created.remove(name);
+            self.created.remove(name.as_ref());
         }
     }
 

@@ -203,9 +203,8 @@ async fn reconcile_inner(tc: &TrainCluster, ctx: &Arc<Context>, namespace: &str)
     if applied.is_err() || progress.created.len() < plan.create.len() {
         // Creates not made (or rolled back) are not coming; they hold no slice.
         ctx.with_memory(&uid, |m| {
-            let names = progress.not_created(&plan).flat_map(|c| &c.pods);
-            m.outstanding
-                .withdraw_created(names.filter_map(|p| p.metadata.name.as_deref()))
+            let names = progress.not_created(&plan).flat_map(|c| c.pods.names());
+            m.outstanding.withdraw_created(names)
         });
     }
     applied?;
@@ -253,7 +252,7 @@ pub async fn observe_and_plan(tc: &TrainCluster, ctx: &Arc<Context>) -> Result<S
     let namespace = tc.namespace().unwrap_or_default();
     let (name, uid) = (tc.name_any(), uid(tc));
     // This cluster's pods only, from the pod cache's index: no scan of everyone's pods.
-    let pods: Vec<Arc<LeanPod>> = ctx.caches().pods.indexed(&namespace, &name);
+    let pods = ctx.caches().pods.indexed(&namespace, &name);
 
     // Unknown is not lost: no plan from caches that have not (re)listed, or that stopped
     // delivering and have not listed since.
@@ -363,12 +362,10 @@ fn plan_locked(
     });
     ctx.with_memory(&uid, |m| {
         m.holds_names = Some(slice_core::api::naming::spec_accepted(&plan.status));
-        let pods = plan.create.iter().flat_map(|c| {
-            c.pods
-                .iter()
-                .filter_map(|p| p.metadata.name.clone())
-                .map(|n| (n, c.slice.clone()))
-        });
+        let pods = plan
+            .create
+            .iter()
+            .flat_map(|c| c.pods.names().map(|n| (n, c.slice.clone())));
         m.outstanding.expect_created(pods, relists, Instant::now());
         m.reserved = Some(plan.status.reserved_slices().map(str::to_string).collect());
     });

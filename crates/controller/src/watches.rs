@@ -30,7 +30,7 @@ use tokio::sync::Notify;
 
 mod index;
 mod journal;
-pub use index::{Index, IndexKey};
+pub use index::{Index, IndexKey, Indexed};
 pub use journal::{Change, Entries, Journal, SharedJournal};
 
 /// Changes a journal keeps for its consumer before it asks for a fresh read of the store.
@@ -55,7 +55,7 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Cache<K> {
     }
 
     /// The objects the index files under `(namespace, name)`; none without an index.
-    pub fn indexed(&self, namespace: &str, name: &str) -> Vec<Arc<K>> {
+    pub fn indexed(&self, namespace: &str, name: &str) -> Indexed<K> {
         self.index
             .as_ref()
             .map(|index| index.get(namespace, name))

@@ -341,8 +341,7 @@ impl World {
         let nodes = self.lean_nodes.of(&self.nodes);
         let mut scheduler = Scheduler::new(&self.nodes, &nodes, &self.pods);
         for create in &plan.create {
-            for pod in &create.pods {
-                let mut pod = pod.clone();
+            for mut pod in create.pods.iter() {
                 pod.metadata.creation_timestamp = Some(
                     k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(self.now),
                 );

@@ -191,20 +191,20 @@ fn check_plan(world: &World, plan: &Plan, setup: &Setup) -> Result<(), TestCaseE
             .pods
             .iter()
             .map(|p| {
-                World::label_of(p, LABEL_HOST_INDEX)
+                World::label_of(&p, LABEL_HOST_INDEX)
                     .unwrap()
                     .parse()
                     .unwrap()
             })
             .collect();
         prop_assert_eq!(host_indexes, (0..hosts as u32).collect::<Vec<_>>());
-        for pod in &create.pods {
+        for pod in create.pods.iter() {
             prop_assert_eq!(
-                World::label_of(pod, LABEL_REPLICA_INDEX),
+                World::label_of(&pod, LABEL_REPLICA_INDEX),
                 Some(create.replica.to_string())
             );
             prop_assert_eq!(
-                World::env_of(pod, ENV_TPU_WORKER_HOSTNAMES)
+                World::env_of(&pod, ENV_TPU_WORKER_HOSTNAMES)
                     .unwrap()
                     .split(',')
                     .count(),
@@ -273,8 +273,8 @@ fn check_plan(world: &World, plan: &Plan, setup: &Setup) -> Result<(), TestCaseE
         let sizes: BTreeSet<String> = plan
             .create
             .iter()
-            .flat_map(|c| &c.pods)
-            .filter_map(|p| World::env_of(p, ENV_MEGASCALE_NUM_SLICES))
+            .flat_map(|c| c.pods.iter())
+            .filter_map(|p| World::env_of(&p, ENV_MEGASCALE_NUM_SLICES))
             .collect();
         prop_assert!(sizes.len() <= 1);
     }

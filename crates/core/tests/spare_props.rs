@@ -149,7 +149,7 @@ fn check_plan(world: &World, plan: &Plan, setup: &Setup) -> Result<(), TestCaseE
         let hosts: Vec<String> = create
             .pods
             .iter()
-            .map(|p| World::label_of(p, LABEL_HOST_INDEX).unwrap())
+            .map(|p| World::label_of(&p, LABEL_HOST_INDEX).unwrap())
             .collect();
         prop_assert_eq!(hosts, ["0", "1", "2", "3"]);
         let want_role = if create.spare {
@@ -157,8 +157,8 @@ fn check_plan(world: &World, plan: &Plan, setup: &Setup) -> Result<(), TestCaseE
         } else {
             ROLE_WORKER
         };
-        for pod in &create.pods {
-            prop_assert_eq!(role(pod), Some(want_role.to_string()));
+        for pod in create.pods.iter() {
+            prop_assert_eq!(role(&pod), Some(want_role.to_string()));
         }
         let Some(slice) = &create.slice else { continue };
         prop_assert!(

@@ -2,7 +2,7 @@
 //! and TrainCluster), kept by the watch task beside the store, so that a reconcile reads its
 //! own cluster's objects without scanning everyone's.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use kube::Resource;
@@ -12,12 +12,17 @@ use kube::runtime::watcher;
 /// The key of an indexed object; objects without one are not indexed.
 pub type IndexKey = (String, String);
 
-/// Objects by key, then by name (in name order: a cluster's pods come out roughly in the
-/// order they were created, and so allocated, which the planner's scans are faster for). Updated by the watch task only, always before the cache's
-/// version moves, so a reconcile never sees a version its index does not cover.
+/// The objects under one key, in name order: a cluster's pods come out roughly in the order
+/// they were created, and so allocated, which the planner's scans are faster for. Shared
+/// with the reconciles that read it, so a read copies nothing.
+pub type Indexed<K> = Arc<Vec<Arc<K>>>;
+
+/// Objects by key, then by name. Updated by the watch task only, always before the cache's
+/// version moves, so a reconcile never sees a version its index does not cover. A change
+/// edits the list in place unless a reconcile still holds it (then it edits a copy).
 pub struct Index<K: Resource<DynamicType = ()> + 'static> {
     key: fn(&K) -> Option<IndexKey>,
-    map: RwLock<HashMap<IndexKey, BTreeMap<String, Arc<K>>>>,
+    map: RwLock<HashMap<IndexKey, Indexed<K>>>,
 }
 
 impl<K: Resource<DynamicType = ()> + Clone + 'static> Index<K> {
@@ -29,10 +34,10 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Index<K> {
     }
 
     /// The objects under `key`, in name order.
-    pub fn get(&self, namespace: &str, name: &str) -> Vec<Arc<K>> {
+    pub fn get(&self, namespace: &str, name: &str) -> Indexed<K> {
         let map = self.map.read().expect("index lock poisoned");
         map.get(&(namespace.to_string(), name.to_string()))
-            .map(|objects| objects.values().cloned().collect())
+            .cloned()
             .unwrap_or_default()
     }
 
@@ -48,28 +53,33 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Index<K> {
             watcher::Event::Apply(obj) => {
                 let mut map = self.map.write().expect("index lock poisoned");
                 if let Some(old) = previous {
-                    remove(&mut map, (self.key)(old), &old.meta().name);
+                    remove(&mut map, (self.key)(old), old.meta().name.as_deref());
                 }
                 if let (Some(key), Some(stored)) =
                     ((self.key)(obj), store.get(&ObjectRef::from_obj(obj)))
                 {
-                    let name = obj.meta().name.clone().unwrap_or_default();
-                    map.entry(key).or_default().insert(name, stored);
+                    insert(map.entry(key).or_default(), stored);
                 }
             }
             watcher::Event::Delete(obj) => {
                 let mut map = self.map.write().expect("index lock poisoned");
                 let old = previous.map(|p| (self.key)(p)).unwrap_or((self.key)(obj));
-                remove(&mut map, old, &obj.meta().name);
+                remove(&mut map, old, obj.meta().name.as_deref());
             }
             watcher::Event::InitDone => {
-                let mut fresh: HashMap<IndexKey, BTreeMap<String, Arc<K>>> = HashMap::new();
+                let mut fresh: HashMap<IndexKey, Vec<Arc<K>>> = HashMap::new();
                 for obj in store.state() {
                     if let Some(key) = (self.key)(&obj) {
-                        let name = obj.meta().name.clone().unwrap_or_default();
-                        fresh.entry(key).or_default().insert(name, obj);
+                        fresh.entry(key).or_default().push(obj);
                     }
                 }
+                let fresh = fresh
+                    .into_iter()
+                    .map(|(key, mut objects)| {
+                        objects.sort_unstable_by(|a, b| name_of(&**a).cmp(name_of(&**b)));
+                        (key, Arc::new(objects))
+                    })
+                    .collect();
                 *self.map.write().expect("index lock poisoned") = fresh;
             }
             watcher::Event::Init | watcher::Event::InitApply(_) => {}
@@ -77,18 +87,34 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Index<K> {
     }
 }
 
-fn remove<K>(
-    map: &mut HashMap<IndexKey, BTreeMap<String, Arc<K>>>,
+fn name_of<K: Resource>(obj: &K) -> &str {
+    obj.meta().name.as_deref().unwrap_or_default()
+}
+
+/// Put `obj` in its place by name, replacing an object of the same name.
+fn insert<K: Resource + Clone>(objects: &mut Indexed<K>, obj: Arc<K>) {
+    let objects = Arc::make_mut(objects);
+    match objects.binary_search_by(|o| name_of(&**o).cmp(name_of(&*obj))) {
+        Ok(at) => objects[at] = obj,
+        Err(at) => objects.insert(at, obj),
+    }
+}
+
+fn remove<K: Resource + Clone>(
+    map: &mut HashMap<IndexKey, Indexed<K>>,
     key: Option<IndexKey>,
-    name: &Option<String>,
+    name: Option<&str>,
 ) {
     let (Some(key), Some(name)) = (key, name) else {
         return;
     };
-    if let Some(objects) = map.get_mut(&key) {
-        objects.remove(name);
-        if objects.is_empty() {
-            map.remove(&key);
-        }
+    let Some(objects) = map.get_mut(&key) else {
+        return;
+    };
+    if let Ok(at) = objects.binary_search_by(|o| name_of(&**o).cmp(name)) {
+        Arc::make_mut(objects).remove(at);
+    }
+    if objects.is_empty() {
+        map.remove(&key);
     }
 }

@@ -218,6 +218,46 @@ fn the_pod_index_follows_applies_relabels_deletes_and_relists() {
 }
 
 #[test]
+fn the_pod_index_keeps_name_order_and_a_list_read_before_a_change_stays_as_it_was() {
+    let (mut state, _changes) = pod_watch_state();
+    state.apply(watcher::Event::Init);
+    state.apply(watcher::Event::InitDone);
+    for name in ["a-3", "a-0", "a-2"] {
+        let mut ready = named(pod(name, true, false), "a");
+        ready.ready = true;
+        state.apply(watcher::Event::Apply(ready));
+    }
+    let index = state.index.clone().expect("an index");
+    let names = |pods: &[Arc<LeanPod>]| -> Vec<String> {
+        pods.iter().map(|p| p.name().to_string()).collect()
+    };
+    let before = index.get("ns", "a");
+    assert_eq!(
+        names(&before),
+        ["a-0", "a-2", "a-3"],
+        "name order, unsorted"
+    );
+    state.apply(watcher::Event::Apply(named(pod("a-1", true, false), "a")));
+    state.apply(watcher::Event::Apply(named(pod("a-2", true, false), "a")));
+    state.apply(watcher::Event::Delete(named(pod("a-3", true, false), "a")));
+    assert_eq!(
+        names(&before),
+        ["a-0", "a-2", "a-3"],
+        "a read is a snapshot"
+    );
+    assert!(before[1].ready, "the snapshot keeps the version it read");
+    let after = index.get("ns", "a");
+    assert_eq!(names(&after), ["a-0", "a-1", "a-2"]);
+    assert!(!after[2].ready, "a-2 replaced in place");
+    drop(before);
+    // Nobody holds it now: the next change edits it in place, and reads share it.
+    state.apply(watcher::Event::Apply(named(pod("a-4", true, false), "a")));
+    let (one, two) = (index.get("ns", "a"), index.get("ns", "a"));
+    assert!(Arc::ptr_eq(&one, &two), "reads share one list");
+    assert_eq!(names(&one), ["a-0", "a-1", "a-2", "a-4"]);
+}
+
+#[test]
 fn a_pod_turning_ready_is_news() {
     let mut a = LeanPod::default();
     a.metadata.resource_version = Some("1".into());

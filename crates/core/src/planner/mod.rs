@@ -26,6 +26,7 @@ mod completion;
 pub mod creates;
 mod effects;
 mod group;
+mod group_pods;
 mod head;
 mod judge;
 pub mod observe;
@@ -54,10 +55,11 @@ use crate::api::validate::{self, FieldError};
 use crate::api::{Phase, TrainCluster, TrainClusterStatus};
 use crate::inventory::Inventory;
 use cluster::Planner;
+pub use group_pods::GroupPods;
 use observe::PodFacts;
 use rayon::prelude::*;
 pub use reason::{DeleteReason, DisruptionKind};
-pub use spares::{spare_pod_name, spare_pods};
+pub use spares::{spare_pod, spare_pod_name, spare_pods};
 
 /// Everything the planner looks at.
 pub struct PlanInput<'a> {
@@ -98,7 +100,8 @@ pub struct GroupCreate {
     pub slice: Option<String>,
     /// A hot spare's placeholder pods, not workers.
     pub spare: bool,
-    pub pods: Vec<Pod>,
+    /// Rendered one at a time, as the creates go out.
+    pub pods: GroupPods,
 }
 
 /// A whole replica group (or stray pods) to delete, with the reason.

@@ -11,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 };
 use kube::Resource;
 
+use super::GroupPods;
 use crate::api::{Membership, TrainCluster, validate::ResolvedGroup};
 use crate::constants::*;
 
@@ -245,16 +246,15 @@ pub(super) fn owned_pod(
     }
 }
 
-/// Render every host pod of one replica group.
+/// Every host pod of one replica group: host 0's rendered now, the others as the executor
+/// sends them ([`GroupPods`]).
 pub fn group_pods(
     tc: &TrainCluster,
     group: &ResolvedGroup<'_>,
     placement: &GroupPlacement,
-) -> Vec<Pod> {
-    let hostnames = group_hostnames(tc, group, placement.replica);
-    (0..group.hosts)
-        .map(|host| worker_pod_with(tc, group, placement, host, &hostnames))
-        .collect()
+) -> GroupPods {
+    let first = worker_pod(tc, group, placement, 0);
+    GroupPods::workers(first, group.hosts, group.shape.is_some())
 }
 
 /// `<pod>.<headless service>` of every host of one replica group, in host order.
@@ -272,16 +272,6 @@ pub fn worker_pod(
     host: u32,
 ) -> Pod {
     let hostnames = group_hostnames(tc, group, placement.replica);
-    worker_pod_with(tc, group, placement, host, &hostnames)
-}
-
-fn worker_pod_with(
-    tc: &TrainCluster,
-    group: &ResolvedGroup<'_>,
-    placement: &GroupPlacement,
-    host: u32,
-    hostnames: &[String],
-) -> Pod {
     let cluster = tc.metadata.name.as_deref().unwrap_or_default();
     let namespace = tc.metadata.namespace.as_deref().unwrap_or_default();
     let gname = group.name();
@@ -341,7 +331,7 @@ fn worker_pod_with(
             None => {}
         }
     }
-    let mut env: Vec<(String, String)> = tpu_env(tc, group, placement, host, hostnames)
+    let mut env: Vec<(String, String)> = tpu_env(tc, group, placement, host, &hostnames)
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
@@ -527,7 +517,7 @@ pub fn preview_pods(
                 slice: None,
                 template_hash: template_hash.clone(),
             };
-            pods.extend(group_pods(tc, group, &placement));
+            pods.extend(group_pods(tc, group, &placement).iter());
         }
     }
     Ok(pods)

@@ -25,7 +25,7 @@ use crate::api::validate::ResolvedGroup;
 use crate::api::{GroupStatus, SpareStatus};
 use crate::inventory::{Holder, Inventory, Occupancy};
 use crate::lean::LeanPod;
-pub use pods::{spare_pod_name, spare_pods};
+pub use pods::{spare_pod, spare_pod_name, spare_pods};
 
 /// One placeholder set: the spare `index` of its group, on one slice.
 #[derive(Clone, Debug)]

@@ -9,6 +9,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use crate::api::TrainCluster;
 use crate::api::validate::ResolvedGroup;
 use crate::constants::*;
+use crate::planner::GroupPods;
 use crate::planner::render::{PinnedSlice, base_labels, owned_pod};
 
 /// `<cluster>-<group>-spare<index>-<host>`: never a worker's name, whose last two parts are
@@ -17,19 +18,19 @@ pub fn spare_pod_name(cluster: &str, group: &str, index: u32, host: u32) -> Stri
     format!("{cluster}-{group}-spare{index}-{host}")
 }
 
-/// Every placeholder of spare `index` of a TPU group, pinned to `slice`.
+/// Every placeholder of spare `index` of a TPU group, pinned to `slice` (host 0's rendered
+/// now, the others as the executor sends them).
 pub fn spare_pods(
     tc: &TrainCluster,
     group: &ResolvedGroup<'_>,
     index: u32,
     slice: &PinnedSlice,
-) -> Vec<Pod> {
-    (0..group.hosts)
-        .map(|host| spare_pod(tc, group, index, slice, host))
-        .collect()
+) -> GroupPods {
+    GroupPods::placeholders(spare_pod(tc, group, index, slice, 0), group.hosts)
 }
 
-fn spare_pod(
+/// Host `host`'s placeholder, rendered whole: the reference [`GroupPods`] is checked against.
+pub fn spare_pod(
     tc: &TrainCluster,
     group: &ResolvedGroup<'_>,
     index: u32,
@@ -147,7 +148,7 @@ mod tests {
             id: "pool-9".into(),
             single_host: false,
         };
-        let pods = spare_pods(&tc, &groups[0], 2, &slice);
+        let pods: Vec<Pod> = spare_pods(&tc, &groups[0], 2, &slice).iter().collect();
         assert_eq!(pods.len(), 4);
         let spec = pods[3].spec.as_ref().unwrap();
         let container = &spec.containers[0];

@@ -130,7 +130,7 @@ fn non_tpu_groups_get_hostnames_and_labels_but_no_tpu_env() {
     let mut world = World::new(tc, Vec::new());
     let plan = world.step();
     assert_eq!(plan.create.len(), 2);
-    let pod = &plan.create[1].pods[1];
+    let pod = &plan.create[1].pods.pod(1);
     assert_eq!(
         pod.spec.as_ref().unwrap().hostname.as_deref(),
         Some("demo-workers-1-1")
@@ -146,7 +146,8 @@ fn autoscaler_mode_asks_for_max_with_exclusive_affinity() {
     let world = World::new(tc, Vec::new());
     let plan = world.plan();
     assert_eq!(plan.create.len(), 2);
-    let spec = plan.create[0].pods[0].spec.as_ref().unwrap();
+    let pod = plan.create[0].pods.pod(0);
+    let spec = pod.spec.as_ref().unwrap();
     let affinity = spec.affinity.as_ref().unwrap();
     assert!(affinity.pod_affinity.is_some() && affinity.pod_anti_affinity.is_some());
     assert!(

@@ -282,7 +282,7 @@ fn reserved_labels_in_a_template_are_left_off_the_pods_with_one_warning() {
             .note
             .contains("spec.workerGroups[0].template.metadata.labels[slices.dev/slice]")
     );
-    let pod = &plan.create[0].pods[0];
+    let pod = &plan.create[0].pods.pod(0);
     let labels = pod.metadata.labels.as_ref().unwrap();
     assert_eq!(
         labels[LABEL_SLICE], "pool-0",
@@ -303,7 +303,7 @@ fn reserved_labels_in_a_template_are_left_off_the_pods_with_one_warning() {
 fn pods_placed_on_a_slice_keep_every_other_group_off_its_pool_in_every_namespace() {
     let world = World::new(train_cluster(Membership::Independent, 1, 1), v6e_pools(1));
     let plan = world.plan();
-    let pod = &plan.create[0].pods[0];
+    let pod = &plan.create[0].pods.pod(0);
     let affinity = pod.spec.as_ref().unwrap().affinity.as_ref().unwrap();
     let terms = affinity
         .pod_anti_affinity

@@ -1,0 +1,116 @@
+//! The pods of one group to create, rendered one at a time when the executor sends them.
+//!
+//! The hosts of a group differ only in their host index: the pod's name (and, for a worker,
+//! its hostname), the `slices.dev/host-index` label and `TPU_WORKER_ID`. So a plan keeps one
+//! rendered pod per group, host 0, and the executor derives each host's pod from it as its
+//! create goes out. A full multislice restart at 1,000 x 64 then renders 1,000 pods under the
+//! planning lock, not 64,000 (each carrying its group's `TPU_WORKER_HOSTNAMES`, about 3 KB).
+//! `render::worker_pod` and `spares::spare_pod` stay the reference: the tests check that
+//! every host's pod derived here equals the one they render.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::constants::{ENV_TPU_WORKER_ID, LABEL_HOST_INDEX};
+
+/// Every pod of one group to create, as host 0's pod and what differs per host.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupPods {
+    /// Host 0's pod, exactly as rendered.
+    first: Arc<Pod>,
+    hosts: u32,
+    /// The name without the host index: a host's pod is named `<stem><host>`.
+    stem: Arc<str>,
+    per_host: PerHost,
+}
+
+/// What a host's index changes besides its name and `slices.dev/host-index` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PerHost {
+    /// A worker: its hostname is its name; a TPU worker also has its `TPU_WORKER_ID`.
+    Worker { tpu: bool },
+    /// A hot spare's placeholder: nothing else.
+    Placeholder,
+}
+
+impl GroupPods {
+    /// A worker group of `hosts` pods whose host 0 renders as `first`; `tpu` when the group
+    /// runs on TPU slices (its containers carry the operator's `TPU_WORKER_ID`).
+    pub(super) fn workers(first: Pod, hosts: u32, tpu: bool) -> GroupPods {
+        GroupPods::new(first, hosts, PerHost::Worker { tpu })
+    }
+
+    /// A hot spare's `hosts` placeholders whose host 0 renders as `first`.
+    pub(super) fn placeholders(first: Pod, hosts: u32) -> GroupPods {
+        GroupPods::new(first, hosts, PerHost::Placeholder)
+    }
+
+    /// One pod, as it is: for tests of the executor.
+    pub fn one(pod: Pod) -> GroupPods {
+        GroupPods::new(pod, 1, PerHost::Placeholder)
+    }
+
+    fn new(first: Pod, hosts: u32, per_host: PerHost) -> GroupPods {
+        let name = first.metadata.name.as_deref().unwrap_or_default();
+        let stem = name.strip_suffix('0').unwrap_or(name).into();
+        GroupPods {
+            first: Arc::new(first),
+            hosts,
+            stem,
+            per_host,
+        }
+    }
+
+    /// How many pods the group has.
+    pub fn len(&self) -> usize {
+        self.hosts as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.hosts == 0
+    }
+
+    /// The name of host `host`'s pod.
+    pub fn name(&self, host: u32) -> String {
+        match host {
+            0 => self.first.metadata.name.clone().unwrap_or_default(),
+            _ => format!("{}{host}", self.stem),
+        }
+    }
+
+    /// Every pod's name, in host order.
+    pub fn names(&self) -> impl Iterator<Item = String> + '_ {
+        (0..self.hosts).map(|h| self.name(h))
+    }
+
+    /// Host `host`'s pod, rendered now.
+    pub fn pod(&self, host: u32) -> Pod {
+        let mut pod = Pod::clone(&self.first);
+        if host == 0 {
+            return pod;
+        }
+        let name = self.name(host);
+        let index = host.to_string();
+        if let Some(labels) = pod.metadata.labels.as_mut() {
+            labels.insert(LABEL_HOST_INDEX.into(), index.clone());
+        }
+        if let (PerHost::Worker { tpu }, Some(spec)) = (self.per_host, pod.spec.as_mut()) {
+            spec.hostname = Some(name.clone());
+            let env = spec.containers.iter_mut().flat_map(|c| c.env.iter_mut());
+            for var in env.flatten().filter(|v| tpu && v.name == ENV_TPU_WORKER_ID) {
+                var.value = Some(index.clone());
+            }
+        }
+        pod.metadata.name = Some(name);
+        pod
+    }
+
+    /// Every pod, rendered one by one, in host order.
+    pub fn iter(&self) -> impl Iterator<Item = Pod> + '_ {
+        (0..self.hosts).map(|h| self.pod(h))
+    }
+}
+
+#[cfg(test)]
+mod tests;
