@@ -72,8 +72,12 @@ impl<'a> Planner<'a> {
         }
         self.warn_reserved_labels();
         // Slices our pods are pinned to are taken, whatever a moment-old inventory says.
-        self.claimed
-            .extend(pods.iter().filter_map(|f| f.slice.map(str::to_string)));
+        // 64 pods to a slice: one allocation per slice, not per pod.
+        for slice in pods.iter().filter_map(|f| f.slice) {
+            if !self.claimed.contains(slice) {
+                self.claimed.insert(slice.to_string());
+            }
+        }
         let past = budget::PastFailure::of(self.previous, tc.metadata.generation);
         self.fresh_spec = past.reset;
         self.create_hold = creates::hold(self.previous, past.reset, self.now);

@@ -287,3 +287,36 @@ fn host_indexes_must_be_unique_and_in_range() {
         Some(DeleteReason::BadHostIndex { pod: "a".into() })
     );
 }
+
+#[test]
+fn pod_facts_read_every_label_the_operator_writes_and_nothing_else() {
+    let world = running();
+    let full = world.worker_pods()[5].clone();
+    let mut labelled = full.clone();
+    let labels = labelled.metadata.labels.as_mut().unwrap();
+    labels.insert(LABEL_SPARE_INDEX.into(), "3".into());
+    labels.insert("team".into(), "b".into());
+    labels.insert("slices.devx/replica-index".into(), "99".into());
+    let pod = LeanPod::from(&labelled);
+    let facts = PodFacts::of(&pod);
+    let label = |key: &str| World::label_of(&full, key);
+    let number = |key: &str| label(key).map(|v| v.parse::<u64>().unwrap());
+    assert_eq!(facts.cluster.map(str::to_string), label(LABEL_CLUSTER));
+    assert_eq!(facts.role.map(str::to_string), label(LABEL_ROLE));
+    assert_eq!(facts.group.map(str::to_string), label(LABEL_GROUP));
+    assert_eq!(facts.slice.map(str::to_string), label(LABEL_SLICE));
+    assert_eq!(
+        facts.membership.map(str::to_string),
+        label(LABEL_MEMBERSHIP)
+    );
+    assert_eq!(
+        facts.template_hash.map(str::to_string),
+        label(LABEL_TEMPLATE_HASH)
+    );
+    assert_eq!(facts.replica.map(u64::from), number(LABEL_REPLICA_INDEX));
+    assert_eq!(facts.host, number(LABEL_HOST_INDEX));
+    assert_eq!(facts.epoch, number(LABEL_EPOCH));
+    assert_eq!(facts.incarnation, number(LABEL_INCARNATION));
+    assert_eq!(facts.spare, Some(3));
+    assert!(facts.replica.is_some() && facts.slice.is_some() && facts.epoch.is_some());
+}
