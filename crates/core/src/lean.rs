@@ -5,8 +5,9 @@
 //!
 //! Both types keep a real [`ObjectMeta`] (with only the fields below filled) so the kube
 //! runtime can key its caches, follow owner references and track resource versions.
-//! Labels are kept only where the operator reads them: its own `slices.dev/` labels on pods,
-//! the GKE TPU labels on nodes (a GKE node carries dozens of others).
+//! Labels are kept only where the operator reads them: its own `slices.dev/` labels on pods
+//! (packed in one string, [`OwnLabels`]), the GKE TPU labels on nodes (a GKE node carries
+//! dozens of others).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -19,17 +20,20 @@ use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
-use crate::constants::{
-    LABEL_PREFIX, NODE_LABELS_READ, TAINT_NOT_READY, TAINT_UNREACHABLE, TPU_RESOURCE,
-};
+mod labels;
+pub use labels::OwnLabels;
+
+use crate::constants::{NODE_LABELS_READ, TAINT_NOT_READY, TAINT_UNREACHABLE, TPU_RESOURCE};
 
 /// A Pod as the planner sees it.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(from = "wire::Pod")]
 pub struct LeanPod {
-    /// Name, namespace, uid, resourceVersion, `slices.dev/` labels, owner references,
-    /// creation and deletion timestamps.
+    /// Name, namespace, uid, resourceVersion, owner references, creation and deletion
+    /// timestamps. No labels: those the operator reads are in `labels`.
     pub metadata: ObjectMeta,
+    /// The `slices.dev/` labels, in one allocation.
+    pub labels: OwnLabels,
     pub node_name: Option<String>,
     /// Some container requests or limits `google.com/tpu`.
     pub requests_tpu: bool,
@@ -76,8 +80,9 @@ impl LeanPod {
         self.metadata.name.as_deref().unwrap_or_default()
     }
 
+    /// A `slices.dev/` label (no other is kept).
     pub fn label(&self, key: &str) -> Option<&str> {
-        self.metadata.labels.as_ref()?.get(key).map(String::as_str)
+        self.labels.get(key)
     }
 }
 
@@ -277,11 +282,14 @@ mod wire {
                     ended.is_some_and(|t| t.exit_code.unwrap_or(1) != 0)
                 })
                 .map(|c| c.name.clone());
+            let mut metadata = pod
+                .metadata
+                .map(|m| m.keeping_labels(|_| true))
+                .unwrap_or_default();
+            let labels = OwnLabels::new(metadata.labels.take().unwrap_or_default());
             LeanPod {
-                metadata: pod
-                    .metadata
-                    .map(|m| m.keeping_labels(|k| k.starts_with(LABEL_PREFIX)))
-                    .unwrap_or_default(),
+                metadata,
+                labels,
                 node_name: spec.and_then(|s| s.node_name),
                 requests_tpu,
                 phase: status.and_then(|s| s.phase),

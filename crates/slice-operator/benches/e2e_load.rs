@@ -195,7 +195,7 @@ async fn run(binary: &str) -> anyhow::Result<()> {
         operator_requests as f64 / CLUSTERS as f64
     );
     println!(
-        "  operator peak memory (VmHWM): {:.1} MiB (target: under 200 MiB)",
+        "  operator peak memory (VmHWM): {:.1} MiB (target: under 100 MiB)",
         peak_kib as f64 / 1024.0
     );
     println!(

@@ -38,13 +38,7 @@ fn pod(name: &str, tpu: bool, ours: bool) -> LeanPod {
     p.metadata.namespace = Some("ns".into());
     p.requests_tpu = tpu;
     if ours {
-        p.metadata.labels = Some(
-            [(
-                slice_core::constants::LABEL_CLUSTER.to_string(),
-                "c".to_string(),
-            )]
-            .into(),
-        );
+        p.labels.insert(slice_core::constants::LABEL_CLUSTER, "c");
     }
     p
 }
@@ -159,10 +153,8 @@ fn a_pod_that_stops_being_kept_leaves_the_store() {
 }
 
 fn named(mut p: LeanPod, cluster: &str) -> LeanPod {
-    p.metadata
-        .labels
-        .get_or_insert_with(Default::default)
-        .insert(slice_core::constants::LABEL_CLUSTER.into(), cluster.into());
+    p.labels
+        .insert(slice_core::constants::LABEL_CLUSTER, cluster);
     p
 }
 

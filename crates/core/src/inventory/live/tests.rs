@@ -7,7 +7,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::inventory::{NodeHealth, Slice};
-use crate::lean::ReadyCondition;
+use crate::lean::{OwnLabels, ReadyCondition};
 use crate::testing::at;
 
 const NODES: usize = 10;
@@ -149,7 +149,7 @@ fn pod(j: usize, v: &PodVariant) -> Arc<LeanPod> {
             ..Default::default()
         }]);
     }
-    p.metadata.labels = Some(labels);
+    p.labels = OwnLabels::new(labels);
     p.node_name = v.node.map(|i| format!("n{i}"));
     p.requests_tpu = v.requests_tpu;
     p.phase = Some(v.phase.into());

@@ -4,6 +4,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::*;
 use crate::api::Membership;
+use crate::constants::*;
 use crate::planner::DisruptionKind;
 use crate::planner::tests::{Scene, lean_pod, replica};
 use crate::testing::*;
