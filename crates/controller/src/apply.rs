@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use crate::error::{Error, Result};
 use slice_core::api::{TrainCluster, TrainClusterStatus};
 use slice_core::constants::FIELD_MANAGER;
-use slice_core::planner::{GroupCreate, GroupDelete};
+use slice_core::planner::{GroupCreate, GroupDelete, PodRef};
 
 /// 429, 5xx and transport errors are worth retrying; other API errors are answers.
 pub fn retryable(e: &kube::Error) -> bool {
@@ -208,7 +208,9 @@ pub async fn create_group(api: &Api<Pod>, group: &GroupCreate, limit: &CallLimit
         ..Default::default()
     };
     let hosts = u32::try_from(group.pods.len()).expect("a group's hosts fit in u32");
-    let results: Vec<Result<Pod, kube::Error>> = stream::iter(0..hosts)
+    // Each answer is kept as the name and uid a rollback needs, not as the pod the server
+    // returned (its whole spec and env).
+    let results: Vec<Result<PodRef, kube::Error>> = stream::iter(0..hosts)
         .map(|host| {
             let params = params.clone();
             let api = api.clone();
@@ -221,10 +223,14 @@ pub async fn create_group(api: &Api<Pod>, group: &GroupCreate, limit: &CallLimit
                     .retry(backoff())
                     .when(retryable)
                     .await;
-                match created {
+                let created = match created {
                     Err(e) if is_code(&e, 409) => already_ours(api, pod).await.ok_or(e),
                     other => other,
-                }
+                };
+                created.map(|p| PodRef {
+                    name: p.metadata.name.unwrap_or_default(),
+                    uid: p.metadata.uid,
+                })
             }
         })
         .buffer_unordered(group.pods.len().max(1))
@@ -251,13 +257,7 @@ pub async fn create_group(api: &Api<Pod>, group: &GroupCreate, limit: &CallLimit
             present: created.len() as u32,
             expected: total as u32,
         },
-        pods: created
-            .iter()
-            .map(|p| slice_core::planner::PodRef {
-                name: p.metadata.name.clone().unwrap_or_default(),
-                uid: p.metadata.uid.clone(),
-            })
-            .collect(),
+        pods: created,
     };
     // Its own permits: a partial group must not wait behind every other group's creates.
     let own = CallLimit::new(rollback.pods.len().max(1));
@@ -269,7 +269,7 @@ pub async fn create_group(api: &Api<Pod>, group: &GroupCreate, limit: &CallLimit
         group: group.group.clone(),
         replica: group.replica,
         spare: group.spare,
-        created: created.len(),
+        created: rollback.pods.len(),
         total,
         rejected: rejection(&cause),
         cause: cause.to_string(),

@@ -32,7 +32,8 @@ pub struct LeanPod {
     /// Name, namespace, uid, resourceVersion, owner references, creation and deletion
     /// timestamps. No labels: those the operator reads are in `labels`.
     pub metadata: ObjectMeta,
-    /// The `slices.dev/` labels, in one allocation.
+    /// The `slices.dev/` labels, in one allocation. Read them here or with [`LeanPod::label`]:
+    /// `metadata.labels` (and so kube's `ResourceExt::labels`) is always empty.
     pub labels: OwnLabels,
     pub node_name: Option<String>,
     /// Some container requests or limits `google.com/tpu`.

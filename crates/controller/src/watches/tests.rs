@@ -158,15 +158,14 @@ fn named(mut p: LeanPod, cluster: &str) -> LeanPod {
     p
 }
 
+/// The names the index files under `cluster`, in the order it hands them out.
 fn indexed(state: &WatchState<LeanPod>, cluster: &str) -> Vec<String> {
     let index = state.index.as_ref().expect("an index");
-    let mut names: Vec<String> = index
+    index
         .get("ns", cluster)
         .iter()
         .map(|p| p.name().into())
-        .collect();
-    names.sort();
-    names
+        .collect()
 }
 
 #[test]
@@ -196,15 +195,22 @@ fn the_pod_index_follows_applies_relabels_deletes_and_relists() {
     assert!(indexed(&state, "a").is_empty());
     state.apply(watcher::Event::Delete(named(pod("b-0", true, false), "b")));
     assert_eq!(indexed(&state, "b"), ["a-1"]);
-    // A relist is authoritative: what it lacks leaves the index.
+    // A relist is authoritative: what it lacks leaves the index; what it lists comes out in
+    // name order, whatever order it was listed in, and later events keep that order.
     state.apply(watcher::Event::Init);
-    state.apply(watcher::Event::InitApply(named(
-        pod("c-0", true, false),
-        "c",
-    )));
+    for name in ["c-2", "c-0", "c-10", "c-1"] {
+        state.apply(watcher::Event::InitApply(named(
+            pod(name, true, false),
+            "c",
+        )));
+    }
     state.apply(watcher::Event::InitDone);
     assert!(indexed(&state, "b").is_empty());
-    assert_eq!(indexed(&state, "c"), ["c-0"]);
+    assert_eq!(indexed(&state, "c"), ["c-0", "c-1", "c-10", "c-2"]);
+    state.apply(watcher::Event::Apply(named(pod("c-11", true, false), "c")));
+    state.apply(watcher::Event::Apply(named(pod("c-1", true, false), "c")));
+    state.apply(watcher::Event::Delete(named(pod("c-0", true, false), "c")));
+    assert_eq!(indexed(&state, "c"), ["c-1", "c-10", "c-11", "c-2"]);
     let index = state.index.as_ref().unwrap();
     assert_eq!(index.keys(), 1);
 }

@@ -20,9 +20,11 @@ pub struct OwnLabels {
 /// The longest name or value kept: its length is written as one ASCII character. The API
 /// server allows 63 (a name's prefix aside); a longer one would not be kept.
 const MAX_LEN: usize = 127;
+// A length above 127 would be written as two bytes and shift every label after it.
+const _: () = assert!(MAX_LEN < 128);
 
 impl OwnLabels {
-    /// The `slices.dev/` labels among `labels`.
+    /// The `slices.dev/` labels among `labels` (of a key given twice, the first).
     pub fn new<K: AsRef<str>, V: AsRef<str>>(labels: impl IntoIterator<Item = (K, V)>) -> Self {
         let mut own: Vec<(K, V)> = labels
             .into_iter()

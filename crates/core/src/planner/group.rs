@@ -1,6 +1,7 @@
 //! One worker group's plan: the phases in order, each in its own module. What a phase
 //! decides flows to the next as a value; the plan itself is only added to.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use jiff::{SignedDuration, Timestamp};
@@ -31,8 +32,13 @@ impl<'a> Planner<'a> {
         let multislice = self.tc.spec.membership == Membership::Multislice;
         let grace = self.node_grace();
         memory.template_hash = revision::group_hash(self.tc, group);
-        let (spare_pods, pods): (Vec<PodFacts<'a>>, Vec<PodFacts<'a>>) =
-            pods.iter().partition(|f| f.role == Some(ROLE_SPARE));
+        // Spares are few or none: the workers are copied apart only when there are some.
+        let is_spare = |f: &&PodFacts<'a>| f.role == Some(ROLE_SPARE);
+        let spare_pods: Vec<PodFacts<'a>> = pods.iter().filter(is_spare).copied().collect();
+        let pods: Cow<'_, [PodFacts<'a>]> = match spare_pods.is_empty() {
+            true => Cow::Borrowed(pods),
+            false => Cow::Owned(pods.iter().filter(|f| !is_spare(f)).copied().collect()),
+        };
 
         // Observe and judge: what runs, what must go, what broke and what that costs.
         let observed = self.observe_group(group, &pods, grace, &mut memory);

@@ -53,6 +53,8 @@ impl GroupPods {
 
     fn new(first: Pod, hosts: u32, per_host: PerHost) -> GroupPods {
         let name = first.metadata.name.as_deref().unwrap_or_default();
+        // Host 0 is named `<stem>0` (`worker_pod_name`, `spare_pod_name`).
+        debug_assert!(hosts <= 1 || name.ends_with("-0"), "host 0 named {name}");
         let stem = name.strip_suffix('0').unwrap_or(name).into();
         GroupPods {
             first: Arc::new(first),

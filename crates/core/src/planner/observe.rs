@@ -1,5 +1,6 @@
 //! Observation: the pods of one worker group, gathered into replica groups and judged.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use crate::lean::LeanPod;
@@ -153,8 +154,15 @@ pub fn replicas<'a>(
     let observed = chunks
         .par_iter()
         .map(|chunk| {
-            let members: Vec<PodFacts<'a>> = chunk.iter().map(|(_, i)| pods[*i]).collect();
             let replica = chunk[0].0;
+            // Pods come in name order, so a replica's members usually sit side by side:
+            // judged where they are, not copied (64,000 pods of 160 bytes a plan).
+            let (first, last) = (chunk[0].1, chunk[chunk.len() - 1].1);
+            let members: Cow<'_, [PodFacts<'a>]> = if last - first + 1 == chunk.len() {
+                Cow::Borrowed(&pods[first..=last])
+            } else {
+                Cow::Owned(chunk.iter().map(|(_, i)| pods[*i]).collect())
+            };
             (replica, judge(replica, &members, judging, inventory))
         })
         .collect::<Vec<_>>()
