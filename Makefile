@@ -65,9 +65,10 @@ e2e: ## the e2e scenarios against the cluster in $$KUBECONFIG (operator installe
 e2e-kind: ## create a kind cluster with fake TPU nodes, install the chart, run make e2e
 	e2e/kind.sh
 
+# The reconcile bench runs with the allocator setting the image ships (Dockerfile).
 bench: ## criterion benchmarks at 1,000 slices x 64 hosts: the planner, and the whole reconcile (BENCHMARKS.md)
 	$(CARGO) bench -p slice-core --bench planner
-	$(CARGO) bench -p slice-controller --bench reconcile
+	MALLOC_ARENA_MAX=2 $(CARGO) bench -p slice-controller --bench reconcile
 
 bench-e2e: ## load against the emulator: 100 TrainClusters x 8 x 16, then one 64 x 16 against a plain create loop (BENCHMARKS.md)
 	$(CARGO) build --release --bin slice-operator

@@ -7,7 +7,8 @@
 //! is a `tower_test` mock nobody answers, so a call would hang; each call runs under a
 //! timeout, and the mock is checked to have received nothing.
 //!
-//! Run with `cargo bench -p slice-controller --bench reconcile`; figures are recorded in
+//! Run with `MALLOC_ARENA_MAX=2 cargo bench -p slice-controller --bench reconcile` (the
+//! allocator setting the image ships; `make bench` sets it); figures are recorded in
 //! BENCHMARKS.md.
 //!
 //! Timed: one `observe_and_plan` call, driven by `block_on` on a multi-thread runtime (the
