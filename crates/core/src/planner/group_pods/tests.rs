@@ -64,41 +64,20 @@ struct Case {
     pinned: Option<bool>,
 }
 
-fn cases() -> impl Strategy<Value = Case> {
-    (
-        proptest::option::of(0..SHAPES.len()),
-        1u32..6,
-        prop_oneof![Just(Membership::Multislice), Just(Membership::Independent)],
-        any::<bool>(),
-        any::<bool>(),
-        any::<bool>(),
-        0u32..12,
-        0u64..40,
-        proptest::option::of(any::<bool>()),
-    )
-        .prop_map(
-            |(
-                shape,
-                hosts_without_tpu,
-                membership,
-                head,
-                sidecar,
-                host_network,
-                replica,
-                incarnation,
-                pinned,
-            )| Case {
-                shape,
-                hosts_without_tpu,
-                membership,
-                head,
-                sidecar,
-                host_network,
-                replica,
-                incarnation,
-                pinned,
-            },
-        )
+prop_compose! {
+    fn cases()(
+        shape in proptest::option::of(0..SHAPES.len()),
+        hosts_without_tpu in 1u32..6,
+        membership in prop_oneof![Just(Membership::Multislice), Just(Membership::Independent)],
+        head in any::<bool>(),
+        sidecar in any::<bool>(),
+        host_network in any::<bool>(),
+        replica in 0u32..12,
+        incarnation in 0u64..40,
+        pinned in proptest::option::of(any::<bool>()),
+    ) -> Case {
+        Case { shape, hosts_without_tpu, membership, head, sidecar, host_network, replica, incarnation, pinned }
+    }
 }
 
 fn cluster(case: &Case) -> TrainCluster {
