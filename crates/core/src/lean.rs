@@ -283,11 +283,14 @@ mod wire {
                     ended.is_some_and(|t| t.exit_code.unwrap_or(1) != 0)
                 })
                 .map(|c| c.name.clone());
-            let mut metadata = pod
-                .metadata
-                .map(|m| m.keeping_labels(|_| true))
-                .unwrap_or_default();
-            let labels = OwnLabels::new(metadata.labels.take().unwrap_or_default());
+            // Only our labels are kept, packed: none is copied into a map first.
+            let (metadata, labels) = match pod.metadata {
+                Some(mut meta) => {
+                    let labels = OwnLabels::new(meta.labels.take().unwrap_or_default());
+                    (meta.keeping_labels(|_| false), labels)
+                }
+                None => Default::default(),
+            };
             LeanPod {
                 metadata,
                 labels,

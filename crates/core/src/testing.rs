@@ -345,16 +345,13 @@ impl World {
                 pod.metadata.creation_timestamp = Some(
                     k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(self.now),
                 );
-                let pod = &pod;
-                let pod = match scheduler.pick(pod) {
-                    Some(node) => run_on(pod.clone(), &node),
+                let pod = match scheduler.pick(&pod) {
+                    Some(node) => run_on(pod, &node),
                     None => {
-                        let mut p = pod.clone();
-                        p.metadata.uid = Some(format!(
-                            "uid-{}",
-                            p.metadata.name.as_deref().unwrap_or_default()
-                        ));
-                        p
+                        let uid =
+                            format!("uid-{}", pod.metadata.name.as_deref().unwrap_or_default());
+                        pod.metadata.uid = Some(uid);
+                        pod
                     }
                 };
                 self.pods.push(Arc::new(pod));
