@@ -69,6 +69,17 @@ pub const NODE_LABELS_READ: &[&str] = &[
     NODE_LABEL_INSTANCE_TYPE,
 ];
 pub const TPU_RESOURCE: &str = "google.com/tpu";
+/// `status.reason` a kubelet writes on a pod it refused at admission (before any container
+/// ran): the node's fault, not the job's. Matched exactly, or as a prefix where it ends
+/// in `*` (`OutOf<resource>`, the taint reasons).
+pub const KUBELET_REJECTION_REASONS: &[&str] = &[
+    "OutOf*",
+    "UnexpectedAdmissionError",
+    "NodeAffinity",
+    "NodeSelectorMismatching",
+    "Taint*",
+    "NodeLost",
+];
 pub const TAINT_IMPENDING_TERMINATION: &str = "cloud.google.com/impending-node-termination";
 pub const TAINT_NOT_READY: &str = "node.kubernetes.io/not-ready";
 pub const TAINT_UNREACHABLE: &str = "node.kubernetes.io/unreachable";

@@ -23,7 +23,9 @@ use serde::de::IgnoredAny;
 mod labels;
 pub use labels::OwnLabels;
 
-use crate::constants::{NODE_LABELS_READ, TAINT_NOT_READY, TAINT_UNREACHABLE, TPU_RESOURCE};
+use crate::constants::{
+    KUBELET_REJECTION_REASONS, NODE_LABELS_READ, TAINT_NOT_READY, TAINT_UNREACHABLE, TPU_RESOURCE,
+};
 
 /// A Pod as the planner sees it.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -46,6 +48,26 @@ pub struct LeanPod {
     /// The first container that ended with a non-zero exit code and was not restarted
     /// (`restartPolicy: Never`): its pod may stay Running while other containers run.
     pub failed_container: Option<String>,
+    /// The node's kubelet refused the pod at admission (phase `Failed` with a reason in
+    /// [`KUBELET_REJECTION_REASONS`], no container ever ran). Boxed: rare, and a pointer wide.
+    pub rejection: Option<Box<Rejection>>,
+}
+
+/// Why a kubelet refused a pod: `status.reason` and `status.message` as it wrote them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rejection {
+    pub reason: String,
+    pub message: String,
+}
+
+/// True for a `status.reason` a kubelet writes when it refuses a pod at admission.
+pub fn is_kubelet_rejection(reason: &str) -> bool {
+    KUBELET_REJECTION_REASONS
+        .iter()
+        .any(|r| match r.strip_suffix('*') {
+            Some(prefix) => reason.starts_with(prefix) && reason.len() > prefix.len(),
+            None => reason == *r,
+        })
 }
 
 /// A Node as the inventory sees it.
@@ -213,6 +235,8 @@ mod wire {
     #[serde(rename_all = "camelCase")]
     struct PodStatus {
         phase: Option<String>,
+        reason: Option<String>,
+        message: Option<String>,
         conditions: Option<Vec<Condition>>,
         container_statuses: Option<Vec<ContainerStatus>>,
     }
@@ -234,10 +258,41 @@ mod wire {
         name: String,
         restart_count: Option<i32>,
         state: Option<ContainerState>,
+        last_state: Option<ContainerState>,
+    }
+
+    impl ContainerStatus {
+        /// The container runs or has run (now or before a restart).
+        fn ever_ran(&self) -> bool {
+            let ran = |s: &Option<ContainerState>| {
+                s.as_ref()
+                    .is_some_and(|s| s.running.is_some() || s.terminated.is_some())
+            };
+            ran(&self.state) || ran(&self.last_state) || self.restart_count.unwrap_or(0) > 0
+        }
+    }
+
+    /// A pod its kubelet refused: failed with an admission reason before any container ran.
+    fn rejection(status: &mut PodStatus) -> Option<Box<Rejection>> {
+        let reason = status.reason.as_deref()?;
+        let never_ran = !status
+            .container_statuses
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .any(ContainerStatus::ever_ran);
+        (status.phase.as_deref() == Some("Failed") && never_ran && is_kubelet_rejection(reason))
+            .then(|| {
+                Box::new(Rejection {
+                    reason: status.reason.take().unwrap_or_default(),
+                    message: status.message.take().unwrap_or_default(),
+                })
+            })
     }
 
     #[derive(Deserialize)]
     struct ContainerState {
+        running: Option<IgnoredAny>,
         terminated: Option<Terminated>,
     }
 
@@ -250,7 +305,8 @@ mod wire {
     impl From<Pod> for LeanPod {
         fn from(pod: Pod) -> LeanPod {
             let spec = pod.spec;
-            let status = pod.status;
+            let mut status = pod.status;
+            let rejection = status.as_mut().and_then(rejection);
             let requests_tpu = spec
                 .as_ref()
                 .and_then(|s| s.containers.as_deref())
@@ -300,6 +356,7 @@ mod wire {
                 ready,
                 restarted_container,
                 failed_container,
+                rejection,
             }
         }
     }

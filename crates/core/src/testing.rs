@@ -266,6 +266,17 @@ pub fn fail_pod(pod: &mut Pod) {
     pod.status.get_or_insert_with(Default::default).phase = Some("Failed".into());
 }
 
+/// The node's kubelet refused the pod at admission, as a kubelet's `rejectPod` writes it:
+/// phase `Failed`, `reason`, a message, no container status.
+pub fn reject_pod(pod: &mut Pod, reason: &str) {
+    let status = pod.status.get_or_insert_with(Default::default);
+    status.phase = Some("Failed".into());
+    status.reason = Some(reason.into());
+    status.message = Some(format!("Pod was rejected: {reason}"));
+    status.container_statuses = None;
+    status.conditions = None;
+}
+
 pub fn at(secs: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + secs).expect("valid time")
 }

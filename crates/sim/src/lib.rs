@@ -89,6 +89,13 @@ pub fn now_rfc3339() -> String {
         .to_string()
 }
 
+/// Now as a `MicroTime` (a Lease's `renewTime`).
+pub fn now_rfc3339_micros() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+        .to_string()
+}
+
 /// `slice-operator fake-kubelet`: creates the pools that are missing, then runs a fake
 /// kubelet limited to the simulator's nodes (label [`nodes::SIM_NODE_LABEL`]) until
 /// `shutdown` resolves. `options.scheduler` says who binds pods (the command's default is

@@ -66,6 +66,11 @@ pub struct TrainClusterStatus {
     /// chosen again before `until`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub avoided_slices: Vec<AvoidedSlice>,
+    /// The last pod a node's kubelet refused at admission, per slice, kept for
+    /// `elastic.placementTimeoutSeconds`. Never charged; a second refusal on the same slice
+    /// in that time avoids the slice (`avoidedSlices`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kubelet_rejections: Vec<KubeletRejection>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -103,6 +108,23 @@ pub struct AvoidedSlice {
     pub slice: String,
     /// Not chosen again before this time (RFC 3339).
     pub until: String,
+}
+
+/// A pod a node's kubelet refused at admission: which node refused which pod, and why.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeletRejection {
+    /// The slice (node pool, or node for a single-host slice) the pod was placed on.
+    pub slice: String,
+    pub node: String,
+    pub pod: String,
+    /// The refused pod's uid: a pod is noted once, however often it is judged.
+    pub pod_uid: String,
+    /// The kubelet's `status.reason`, e.g. `OutOfgoogle.com/tpu` or `UnexpectedAdmissionError`.
+    pub reason: String,
+    pub message: String,
+    /// When the operator saw it (RFC 3339).
+    pub time: String,
 }
 
 /// The head pod's budget and backoff; also the planner's memory of the head's failures.

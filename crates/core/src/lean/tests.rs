@@ -248,3 +248,40 @@ fn a_container_that_exited_non_zero_and_was_not_restarted_is_kept() {
     let done: LeanPod = serde_json::from_value(served).unwrap();
     assert_eq!(done.failed_container, None, "exit 0 is no failure");
 }
+
+#[test]
+fn a_pod_its_kubelet_refused_is_told_from_one_that_failed() {
+    let mut served = served_pod();
+    served["status"] = json!({
+        "phase": "Failed",
+        "reason": "OutOfgoogle.com/tpu",
+        "message": "Pod was rejected: Node didn't have enough resource: google.com/tpu"
+    });
+    let pod: LeanPod = serde_json::from_value(served.clone()).unwrap();
+    let rejection = pod.rejection.expect("a kubelet rejection");
+    assert_eq!(rejection.reason, "OutOfgoogle.com/tpu");
+    assert!(rejection.message.contains("enough resource"));
+    for reason in [
+        "UnexpectedAdmissionError",
+        "NodeAffinity",
+        "TaintToleration",
+    ] {
+        served["status"]["reason"] = json!(reason);
+        let pod: LeanPod = serde_json::from_value(served.clone()).unwrap();
+        assert!(pod.rejection.is_some(), "{reason}");
+    }
+    // Not an admission reason, or a container ran: the job's failure.
+    served["status"]["reason"] = json!("Evicted");
+    let evicted: LeanPod = serde_json::from_value(served.clone()).unwrap();
+    assert_eq!(evicted.rejection, None);
+    served["status"]["reason"] = json!("OutOfgoogle.com/tpu");
+    served["status"]["containerStatuses"] =
+        json!([{"name": "w", "state": {"terminated": {"exitCode": 1}}}]);
+    let ran: LeanPod = serde_json::from_value(served.clone()).unwrap();
+    assert_eq!(ran.rejection, None);
+    served["status"]["phase"] = json!("Pending");
+    served["status"]["containerStatuses"] = json!(null);
+    let pending: LeanPod = serde_json::from_value(served).unwrap();
+    assert_eq!(pending.rejection, None, "only a Failed pod was refused");
+    assert!(!is_kubelet_rejection("OutOf"), "a bare prefix is no reason");
+}

@@ -92,6 +92,7 @@ impl Planner<'_> {
             self.now,
         );
         status.avoided_slices = self.avoided.clone();
+        status.kubelet_rejections = self.rejections.clone();
         if self.fresh_spec {
             status.create_failures = 0;
             status.create_retry_after = None;

@@ -34,6 +34,8 @@ pub(super) struct Planner<'a> {
     pub(super) create_hold: Option<Timestamp>,
     /// Slices not to place a group on yet (placement timeouts), written back to the status.
     pub(super) avoided: Vec<crate::api::AvoidedSlice>,
+    /// Kubelet admission refusals still remembered, written back to the status.
+    pub(super) rejections: Vec<crate::api::KubeletRejection>,
     /// Each group's spares, kept at what is wanted once every group has been placed.
     pub(super) spare_refills: Vec<super::spares::Refill<'a>>,
 }
@@ -58,6 +60,7 @@ impl<'a> Planner<'a> {
             fresh_spec: false,
             create_hold: None,
             avoided: super::avoid::still_avoided(&previous.avoided_slices, now),
+            rejections: super::avoid::recent_rejections(tc, &previous.kubelet_rejections, now),
             spare_refills: Vec::new(),
         }
     }

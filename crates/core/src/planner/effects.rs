@@ -70,6 +70,8 @@ impl Planner<'_> {
             return;
         }
         let type_ = match reason.kind() {
+            // A node refusing our pod is news for whoever runs the node pool.
+            _ if matches!(reason, DeleteReason::KubeletRejected { .. }) => EventType::Warning,
             DisruptionKind::Maintenance => EventType::Normal,
             _ => EventType::Warning,
         };

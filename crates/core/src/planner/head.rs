@@ -21,7 +21,7 @@ pub(super) fn memory(previous: &TrainClusterStatus, reset_budget: bool) -> HeadS
 /// The failed head pod not counted yet, if there is one: a head pod of the right name that
 /// ended (a head exiting 0 is a failure unless `successPolicy: Head` made it the success).
 /// A head being deleted ends as its kubelet stops it (exit 143 after SIGTERM): that is the
-/// deletion's doing, not a failure.
+/// deletion's doing, not a failure; a head its kubelet refused is the node's fault.
 fn newly_failed<'p>(cluster: &str, pods: &[&'p LeanPod], head: &HeadStatus) -> Option<&'p LeanPod> {
     let name = render::head_pod_name(cluster);
     pods.iter().copied().find(|p| {
@@ -30,6 +30,7 @@ fn newly_failed<'p>(cluster: &str, pods: &[&'p LeanPod], head: &HeadStatus) -> O
             && p.metadata.deletion_timestamp.is_none()
             && p.metadata.uid.is_some()
             && p.metadata.uid != head.counted_uid
+            && p.rejection.is_none()
     })
 }
 
@@ -91,8 +92,11 @@ impl Planner<'_> {
             let reason = if !wanted {
                 Some(stop.clone().unwrap_or(DeleteReason::HeadRemoved))
             } else if is_terminal(pod) {
-                Some(DeleteReason::MemberFailed {
-                    pod: pod.name().to_string(),
+                Some(match &pod.rejection {
+                    Some(r) => super::observe::kubelet_rejected(pod, r),
+                    None => DeleteReason::MemberFailed {
+                        pod: pod.name().to_string(),
+                    },
                 })
             } else if pod.name() != render::head_pod_name(cluster) {
                 Some(DeleteReason::BadReplicaIndex)

@@ -3,7 +3,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use crate::lean::LeanPod;
+use crate::lean::{LeanPod, Rejection};
 use jiff::{SignedDuration, Timestamp};
 use rayon::prelude::*;
 
@@ -355,6 +355,17 @@ pub fn unscheduled(pod: &LeanPod) -> bool {
         && matches!(pod.phase.as_deref(), None | Some("Pending"))
 }
 
+/// A pod its node's kubelet refused: the node's fault, not the job's.
+pub(super) fn kubelet_rejected(pod: &LeanPod, rejection: &Rejection) -> DeleteReason {
+    DeleteReason::KubeletRejected {
+        pod: pod.name().to_string(),
+        uid: pod.metadata.uid.clone().unwrap_or_default(),
+        node: pod.node_name.clone().unwrap_or_default(),
+        reason: rejection.reason.clone(),
+        message: rejection.message.clone(),
+    }
+}
+
 /// Every host is there, with its own index, and exited 0.
 fn completed(facts: &[PodFacts<'_>], hosts: u32) -> bool {
     facts.len() == hosts as usize
@@ -366,36 +377,49 @@ fn completed(facts: &[PodFacts<'_>], hosts: u32) -> bool {
 
 /// A member was deleted, failed, exited or restarted a container: the others cannot go on
 /// without it (a deletion is reported before anything else). With `success_counts`, a
-/// member that exited 0 is done, not lost: its peers are left to finish.
+/// member that exited 0 is done, not lost: its peers are left to finish. A member its
+/// kubelet refused is reported only when no other member is lost: a real failure beside it
+/// is still the job's.
 fn member_lost(facts: &[PodFacts<'_>], success_counts: bool) -> Option<DeleteReason> {
     if let Some(f) = facts.iter().find(|f| terminating(f.pod)) {
         return Some(DeleteReason::MemberDeleted {
             pod: f.pod.name().to_string(),
         });
     }
-    facts.iter().find_map(|f| {
-        let pod = || f.pod.name().to_string();
-        match f.pod.phase.as_deref() {
-            Some("Failed") => Some(DeleteReason::MemberFailed { pod: pod() }),
-            Some("Succeeded") if success_counts => None,
-            Some("Succeeded") => Some(DeleteReason::MemberExited { pod: pod() }),
-            _ => {
-                let restarted = f.pod.restarted_container.as_ref().map(|container| {
-                    DeleteReason::ContainerRestarted {
-                        pod: pod(),
-                        container: container.clone(),
-                    }
-                });
-                restarted.or_else(|| {
-                    let container = f.pod.failed_container.clone()?;
-                    Some(DeleteReason::ContainerFailed {
-                        pod: pod(),
-                        container,
-                    })
+    let (rejected, others): (Vec<&PodFacts<'_>>, Vec<&PodFacts<'_>>) =
+        facts.iter().partition(|f| f.pod.rejection.is_some());
+    others
+        .into_iter()
+        .find_map(|f| lost(f.pod, success_counts))
+        .or_else(|| {
+            let f = rejected.first()?;
+            kubelet_rejected(f.pod, f.pod.rejection.as_deref()?).into()
+        })
+}
+
+/// Why one member that is not being deleted is lost to its group, if it is.
+fn lost(pod: &LeanPod, success_counts: bool) -> Option<DeleteReason> {
+    let name = || pod.name().to_string();
+    match pod.phase.as_deref() {
+        Some("Failed") => Some(DeleteReason::MemberFailed { pod: name() }),
+        Some("Succeeded") if success_counts => None,
+        Some("Succeeded") => Some(DeleteReason::MemberExited { pod: name() }),
+        _ => {
+            let restarted = pod.restarted_container.as_ref().map(|container| {
+                DeleteReason::ContainerRestarted {
+                    pod: name(),
+                    container: container.clone(),
+                }
+            });
+            restarted.or_else(|| {
+                let container = pod.failed_container.clone()?;
+                Some(DeleteReason::ContainerFailed {
+                    pod: name(),
+                    container,
                 })
-            }
+            })
         }
-    })
+    }
 }
 
 /// Every member needs its own host index in `0..hosts`.

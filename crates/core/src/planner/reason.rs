@@ -91,6 +91,16 @@ pub enum DeleteReason {
         slice: String,
         winner: String,
     },
+    /// The node's kubelet refused a member at admission (`OutOf<resource>`,
+    /// `UnexpectedAdmissionError`, a node affinity or taint mismatch): the node's fault, not
+    /// the job's. Recreated uncharged; a slice that rejects again is avoided for a while.
+    KubeletRejected {
+        pod: String,
+        uid: String,
+        node: String,
+        reason: String,
+        message: String,
+    },
     /// A hot spare's slice takes the place of a lost one: its placeholders make way.
     SpareSwapped {
         slice: String,
@@ -156,6 +166,7 @@ impl DeleteReason {
             DeleteReason::SpareReleased { .. } => "SpareReleased",
             DeleteReason::SpareBroken { .. } => "SpareBroken",
             DeleteReason::SliceContended { .. } => "SliceContended",
+            DeleteReason::KubeletRejected { .. } => "KubeletRejected",
         }
     }
 }
@@ -233,6 +244,17 @@ impl fmt::Display for DeleteReason {
             DeleteReason::SpareSwapped { slice } => write!(
                 f,
                 "hot spare slice {slice} takes the place of a lost slice; its placeholders make way"
+            ),
+            DeleteReason::KubeletRejected {
+                pod,
+                node,
+                reason,
+                message,
+                ..
+            } => write!(
+                f,
+                "the kubelet of node {node} rejected pod {pod} at admission ({reason}: {message}); \
+                 recreated, not charged to the restart budget"
             ),
             DeleteReason::SpareReleased { why } => write!(f, "hot spare released: {why}"),
             DeleteReason::SpareBroken { detail } => {

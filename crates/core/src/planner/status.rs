@@ -38,6 +38,7 @@ pub(super) fn cluster_status(
         create_retry_after: previous.create_retry_after.clone(),
         spare_retry_after: previous.spare_retry_after.clone(),
         avoided_slices: Vec::new(),
+        kubelet_rejections: Vec::new(),
         conditions: previous.conditions.clone(),
         groups: groups.iter().map(|g| g.status.clone()).collect(),
         head: None,

@@ -14,10 +14,13 @@
 //! * `pod_status`: the status patches a kubelet would write (Running, Ready/unready).
 //! * `execute`: carrying out an action against the API server (binding, status, delete).
 //! * `run_loop`: [`FakeKubelet`], the watch-plan-execute loop as a tokio task.
+//! * `node_lease`: node heartbeats (Leases in `kube-node-lease`) where a real control plane
+//!   runs (a real scheduler binds), so its node lifecycle controller sees the kubelets alive.
 //! * `start_cost`: [`StartCosts`] and [`StartCostModel`]: image pulls (cold or warm per
 //!   node), container start and TPU initialisation, the node's pulled images remembered.
 
 mod execute;
+mod node_lease;
 mod plan;
 mod pod_status;
 mod run_loop;
@@ -28,6 +31,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 pub use execute::{bind_pod, binding_for, force_delete_pod};
+pub use node_lease::{NODE_LEASE_NAMESPACE, RENEW_INTERVAL, kubelet_alive, node_lease};
 pub use plan::{DeleteReason, KubeletAction, KubeletCore};
 pub use pod_status::{
     OUT_OF_TPU_REASON, pod_ip, ready_status_patch, rejected_status_patch, running_status_patch,

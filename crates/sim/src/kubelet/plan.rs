@@ -150,6 +150,12 @@ pub struct KubeletCore {
     terminating_seen: HashMap<String, Instant>,
     /// Pods admitted (kubelet admission passed), not yet seen Running.
     admitted: HashSet<String>,
+    /// Uids of pods seen in our own selection: one the broad watch still shows after ours
+    /// dropped it (deleted, its containers stopped) is not another's, and holds no chips.
+    ours: HashSet<String>,
+    /// Pods whose containers this kubelet stopped (their deletion confirmed): their chips
+    /// are free at once, as a real kubelet frees them, whatever a lagging watch still shows.
+    stopped: HashSet<String>,
     /// (pod uid, action kind) -> when issued.
     inflight: HashMap<(String, &'static str), Instant>,
     /// Pod uid -> (node, when): bindings issued but not yet visible, counted as bound.
@@ -186,6 +192,8 @@ impl KubeletCore {
             bound_seen: HashMap::new(),
             terminating_seen: HashMap::new(),
             admitted: HashSet::new(),
+            ours: HashSet::new(),
+            stopped: HashSet::new(),
             inflight: HashMap::new(),
             assumed: HashMap::new(),
             known_nodes: HashSet::new(),
@@ -197,16 +205,28 @@ impl KubeletCore {
     /// Marks an action as issued (it is not planned again until `retry_after`).
     pub fn issued(&mut self, action: &KubeletAction, now: Instant) {
         self.inflight.insert(action.key(), now);
-        if let KubeletAction::Bind { uid, node, .. } = action {
-            self.assumed.insert(uid.clone(), (node.clone(), now));
+        match action {
+            KubeletAction::Bind { uid, node, .. } => {
+                self.assumed.insert(uid.clone(), (node.clone(), now));
+            }
+            KubeletAction::Delete { uid, .. } => {
+                self.stopped.insert(uid.clone());
+            }
+            _ => {}
         }
     }
 
     /// Forgets an action that failed, so it is planned again on the next pass.
     pub fn failed(&mut self, action: &KubeletAction) {
         self.inflight.remove(&action.key());
-        if let KubeletAction::Bind { uid, .. } = action {
-            self.assumed.remove(uid);
+        match action {
+            KubeletAction::Bind { uid, .. } => {
+                self.assumed.remove(uid);
+            }
+            KubeletAction::Delete { uid, .. } => {
+                self.stopped.remove(uid);
+            }
+            _ => {}
         }
     }
 
@@ -237,10 +257,18 @@ impl KubeletCore {
         nodes: &[Arc<Node>],
         now: Instant,
     ) -> Vec<KubeletAction> {
+        self.ours
+            .extend(pods.iter().filter_map(|p| p.metadata.uid.clone()));
+        self.forget_gone(pods.iter().chain(others));
+        // Chips are counted once per pod uid, and not at all once its containers stopped.
         let others: Vec<&Pod> = others
             .iter()
             .map(|p| p.as_ref())
             .filter(|p| !pod_is_terminal(p) && pod_node(p).is_some())
+            .filter(|p| {
+                let uid = p.metadata.uid.as_deref().unwrap_or_default();
+                !self.ours.contains(uid) && !self.stopped.contains(uid)
+            })
             .collect();
         let mut pods: Vec<&Pod> = pods.iter().map(|p| p.as_ref()).collect();
         pods.sort_by_key(|p| (p.metadata.namespace.clone(), p.metadata.name.clone()));
@@ -306,6 +334,13 @@ impl KubeletCore {
         self.costs.retain(&live, &node_keys);
     }
 
+    /// Uids remembered as ours or stopped are kept while any watch still shows the pod.
+    fn forget_gone<'p>(&mut self, shown: impl Iterator<Item = &'p Arc<Pod>>) {
+        let seen: HashSet<&str> = shown.filter_map(|p| p.metadata.uid.as_deref()).collect();
+        self.ours.retain(|uid| seen.contains(uid.as_str()));
+        self.stopped.retain(|uid| seen.contains(uid.as_str()));
+    }
+
     /// Kubelet admission on each Ready node in the node store: pods already admitted,
     /// Running or terminating keep their `google.com/tpu` chips; the others are admitted in
     /// creation order while they fit next to them (a real kubelet admits new pods in
@@ -338,6 +373,9 @@ impl KubeletCore {
             let mut candidates = Vec::new();
             for pod in on_node {
                 let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+                if self.stopped.contains(uid) {
+                    continue; // its containers stopped: it holds nothing
+                }
                 if self.admitted.contains(uid) || pod_phase(pod) == "Running" || is_terminating(pod)
                 {
                     used += pod_tpu_request(pod);

@@ -243,7 +243,15 @@ async fn run_loop(
         };
     if !stopped {
         tracing::info!(binds = core.binds, "fake kubelet running");
+        // A real scheduler means a real control plane, whose node lifecycle controller
+        // needs the kubelets' heartbeats.
+        let heartbeats = !core.binds;
+        let mut next_heartbeat = Instant::now();
         loop {
+            if heartbeats && Instant::now() >= next_heartbeat {
+                super::node_lease::renew_all(&client, &watches.nodes.state()).await;
+                next_heartbeat = Instant::now() + super::node_lease::RENEW_INTERVAL;
+            }
             run_pass(&client, &options, &mut core, &watches).await;
             // Next resync, or sooner when a start reaches Running or Ready (start costs).
             let now = Instant::now();

@@ -8,6 +8,7 @@ mod hygiene;
 mod lifecycle;
 mod placement;
 mod recovery;
+mod rejections;
 mod spares;
 
 use std::collections::{BTreeSet, HashSet};

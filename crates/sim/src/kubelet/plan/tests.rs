@@ -390,3 +390,56 @@ fn without_start_costs_running_and_ready_at_once() {
             .any(|c| c["type"] == "Ready" && c["status"] == "True")
     );
 }
+
+/// With a real scheduler the kubelet's two pod watches (its own selection, every pod) lag
+/// each other: a pod of ours deleted a moment ago, still shown by the broad watch, must not
+/// hold the chips of its node against the pod bound there next (found against a real
+/// kube-scheduler: `OutOfgoogle.com/tpu`, "requested: 4, capacity: 4" on an empty node).
+#[test]
+fn chips_are_counted_once_per_pod_and_freed_when_its_containers_stop() {
+    let mut k = KubeletCore::new(&KubeletOptions {
+        scheduler: SchedulerMode::External,
+        termination_delay: Duration::ZERO,
+        ..Default::default()
+    });
+    let nodes = nodes();
+    let t0 = Instant::now();
+    let old = Arc::new(running(bound(tpu_pod("old", 4), "pool-0-0")));
+    assert!(k.plan(std::slice::from_ref(&old), &nodes, t0).is_empty());
+    // Deleted: the kubelet stops its containers and confirms the deletion.
+    let dying = Arc::new(terminating((*old).clone()));
+    let acts = k.plan(std::slice::from_ref(&dying), &nodes, t0);
+    assert!(
+        matches!(&acts[..], [KubeletAction::Delete { name, .. }] if name == "old"),
+        "{acts:?}"
+    );
+    k.issued(&acts[0], t0);
+    // Our watch shows the pod gone and the next one bound; the broad watch still shows the
+    // old pod, not yet even terminal.
+    let next = Arc::new(bound(tpu_pod("next", 4), "pool-0-0"));
+    let acts = k.plan_beside(
+        std::slice::from_ref(&next),
+        std::slice::from_ref(&dying),
+        &nodes,
+        t0,
+    );
+    assert!(
+        matches!(&acts[..], [KubeletAction::Start { name, .. }] if name == "next"),
+        "the old pod's chips are free: {acts:?}"
+    );
+    // The broad watch shows an old pod of ours whose containers were never stopped here
+    // (deleted by someone else): still not counted twice beside our own view of it.
+    let mut k = core(Duration::ZERO);
+    let twin = Arc::new(running(bound(tpu_pod("twin", 2), "pool-0-1")));
+    let fresh = Arc::new(bound(tpu_pod("fresh", 2), "pool-0-1"));
+    let acts = k.plan_beside(
+        &[twin.clone(), fresh.clone()],
+        std::slice::from_ref(&twin),
+        &nodes,
+        t0,
+    );
+    assert!(
+        matches!(&acts[..], [KubeletAction::Start { name, .. }] if name == "fresh"),
+        "{acts:?}"
+    );
+}
