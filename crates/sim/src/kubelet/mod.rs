@@ -32,7 +32,7 @@ use tokio::sync::mpsc;
 
 pub use execute::{bind_pod, binding_for, force_delete_pod};
 pub use node_lease::{NODE_LEASE_NAMESPACE, RENEW_INTERVAL, kubelet_alive, node_lease};
-pub use plan::{DeleteReason, KubeletAction, KubeletCore};
+pub use plan::{DeleteReason, KubeletAction, KubeletCore, Refusal, UNEXPECTED_ADMISSION_REASON};
 pub use pod_status::{
     OUT_OF_TPU_REASON, pod_ip, ready_status_patch, rejected_status_patch, running_status_patch,
     started_status_patch, stopped_status_patch,

@@ -129,6 +129,13 @@ impl KubeletAction {
     }
 }
 
+/// Why the kubelet refuses a pod at admission: the reason and message it writes.
+pub type Refusal = (String, String);
+
+/// Reason of a refusal by a device plugin that could not allocate the pod's devices (e.g.
+/// chips a pod before it has not released yet), as a kubelet writes it.
+pub const UNEXPECTED_ADMISSION_REASON: &str = "UnexpectedAdmissionError";
+
 /// Planning state of the kubelet (pure: no IO).
 #[derive(Debug)]
 pub struct KubeletCore {
@@ -153,6 +160,10 @@ pub struct KubeletCore {
     /// Uids of pods seen in our own selection: one the broad watch still shows after ours
     /// dropped it (deleted, its containers stopped) is not another's, and holds no chips.
     ours: HashSet<String>,
+    /// Scripted admission faults: node -> (refusal, pods left to refuse there).
+    refusals: HashMap<String, (Refusal, u32)>,
+    /// Pods refused by a scripted fault, until the refusal is visible.
+    refused: HashMap<String, Refusal>,
     /// Pods whose containers this kubelet stopped (their deletion confirmed): their chips
     /// are free at once, as a real kubelet frees them, whatever a lagging watch still shows.
     stopped: HashSet<String>,
@@ -194,12 +205,21 @@ impl KubeletCore {
             admitted: HashSet::new(),
             ours: HashSet::new(),
             stopped: HashSet::new(),
+            refusals: HashMap::new(),
+            refused: HashMap::new(),
             inflight: HashMap::new(),
             assumed: HashMap::new(),
             known_nodes: HashSet::new(),
             missing_since: HashMap::new(),
             costs: StartCostModel::new(options.start_costs),
         }
+    }
+
+    /// Refuse the next `count` pods admitted on `node` with `reason` (a scripted fault: a
+    /// device plugin that cannot allocate, as `UnexpectedAdmissionError`).
+    pub fn refuse(&mut self, node: &str, reason: &str, message: &str, count: u32) {
+        let refusal = (reason.to_string(), message.to_string());
+        self.refusals.insert(node.to_string(), (refusal, count));
     }
 
     /// Marks an action as issued (it is not planned again until `retry_after`).
@@ -328,6 +348,7 @@ impl KubeletCore {
         self.terminating_seen
             .retain(|uid, _| live.contains(uid.as_str()));
         self.admitted.retain(|uid| live.contains(uid.as_str()));
+        self.refused.retain(|uid, _| live.contains(uid.as_str()));
         self.assumed
             .retain(|uid, (_, t)| live.contains(uid.as_str()) && now.duration_since(*t) < retry);
         let node_keys = node_map.values().map(|n| node_key(n)).collect();
@@ -344,13 +365,14 @@ impl KubeletCore {
     /// Kubelet admission on each Ready node in the node store: pods already admitted,
     /// Running or terminating keep their `google.com/tpu` chips; the others are admitted in
     /// creation order while they fit next to them (a real kubelet admits new pods in
-    /// creation order against the active pods). Returns the uids of the pods that do not fit.
+    /// creation order against the active pods). Returns the pods refused, by uid: those that
+    /// do not fit (`OutOf<resource>`) and those a scripted fault refuses.
     fn admit(
         &mut self,
         pods: &[&Pod],
         others: &[&Pod],
         node_map: &HashMap<&str, &Node>,
-    ) -> HashSet<String> {
+    ) -> HashMap<String, Refusal> {
         // Chips others hold come first: those pods were admitted by whoever runs them.
         let mut held: HashMap<&str, u64> = HashMap::new();
         for pod in others {
@@ -364,7 +386,7 @@ impl KubeletCore {
                 by_node.entry(node).or_default().push(pod);
             }
         }
-        let mut rejected = HashSet::new();
+        let mut rejected = HashMap::new();
         for (node_name, on_node) in by_node {
             let Some(node) = node_map.get(node_name).filter(|n| node_is_ready(n)) else {
                 continue;
@@ -392,16 +414,31 @@ impl KubeletCore {
             let allocatable = node_tpu_allocatable(node);
             for pod in candidates {
                 let uid = pod.metadata.uid.clone().unwrap_or_default();
+                if let Some(refusal) = self.scripted_refusal(node_name, &uid) {
+                    rejected.insert(uid, refusal);
+                    continue;
+                }
                 let requested = pod_tpu_request(pod);
                 if used + requested <= allocatable {
                     used += requested;
                     self.admitted.insert(uid);
                 } else {
-                    rejected.insert(uid);
+                    rejected.insert(uid, out_of_tpu(pod, node));
                 }
             }
         }
         rejected
+    }
+
+    /// The scripted refusal of a pod on `node`, if one is due: each counts once per pod.
+    fn scripted_refusal(&mut self, node: &str, uid: &str) -> Option<Refusal> {
+        if let Some(refusal) = self.refused.get(uid) {
+            return Some(refusal.clone());
+        }
+        let (refusal, left) = self.refusals.get_mut(node).filter(|(_, n)| *n > 0)?;
+        *left -= 1;
+        self.refused.insert(uid.to_string(), refusal.clone());
+        Some(refusal.clone())
     }
 
     /// A pod bound to `node_name` (`node`: that node, if it exists).
@@ -411,7 +448,7 @@ impl KubeletCore {
         node_name: &str,
         node: Option<&Node>,
         now: Instant,
-        rejected: &HashSet<String>,
+        rejected: &HashMap<String, Refusal>,
     ) -> Option<KubeletAction> {
         let known = self.known_nodes.contains(node_name) || self.manage_all_nodes;
         if node.is_none() && !known {
@@ -428,10 +465,8 @@ impl KubeletCore {
             return None;
         }
         if pod_phase(pod) != "Running" {
-            if let Some(uid) = pod.metadata.uid.as_ref()
-                && rejected.contains(uid)
-            {
-                return Some(reject(pod, node));
+            if let Some(refusal) = pod.metadata.uid.as_ref().and_then(|u| rejected.get(u)) {
+                return Some(reject(pod, refusal));
             }
             return self.plan_start(pod, node, node_ready, now);
         }
@@ -524,20 +559,25 @@ impl KubeletCore {
     }
 }
 
-/// The kubelet's rejection of a pod that does not fit `node` (reason `OutOf<resource>`).
-fn reject(pod: &Pod, node: &Node) -> KubeletAction {
-    let (namespace, name, uid) = meta_of(pod);
+/// Why a pod does not fit `node`: the kubelet's `OutOf<resource>`.
+fn out_of_tpu(pod: &Pod, node: &Node) -> Refusal {
     let message = format!(
         "Node didn't have enough resource: {TPU_RESOURCE}, requested: {}, capacity: {}",
         pod_tpu_request(pod),
         node_tpu_allocatable(node)
     );
+    (OUT_OF_TPU_REASON.to_string(), message)
+}
+
+/// The kubelet's rejection of a pod at admission.
+fn reject(pod: &Pod, (reason, message): &Refusal) -> KubeletAction {
+    let (namespace, name, uid) = meta_of(pod);
     KubeletAction::Reject {
         namespace,
         name,
         uid,
-        reason: OUT_OF_TPU_REASON.to_string(),
-        patch: rejected_status_patch(OUT_OF_TPU_REASON, &message),
+        reason: reason.clone(),
+        patch: rejected_status_patch(reason, message),
     }
 }
 

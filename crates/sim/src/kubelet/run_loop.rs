@@ -10,7 +10,7 @@ use kube::Client;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -41,9 +41,18 @@ pub async fn resolve_scheduler_mode(client: &Client, mode: SchedulerMode) -> Sch
     }
 }
 
+/// A scripted admission fault: refuse the next `count` pods on `node`.
+struct AdmissionFault {
+    node: String,
+    reason: String,
+    message: String,
+    count: u32,
+}
+
 /// A running fake kubelet; stop it with [`FakeKubelet::stop`] (dropping it stops it too).
 pub struct FakeKubelet {
     stop: watch::Sender<bool>,
+    faults: mpsc::UnboundedSender<AdmissionFault>,
     join: JoinHandle<()>,
     nodes: Store<Node>,
     pods: Store<Pod>,
@@ -54,6 +63,7 @@ impl FakeKubelet {
     /// Starts the scheduler + kubelet loop as a tokio task.
     pub fn run(client: Client, options: KubeletOptions) -> FakeKubelet {
         let (stop, stop_rx) = watch::channel(false);
+        let (faults, faults_rx) = mpsc::unbounded_channel();
         let notify = Arc::new(Notify::new());
         let watches = Watches::spawn(&client, &options, &notify);
         let (nodes, pods, all_pods) = (
@@ -61,9 +71,12 @@ impl FakeKubelet {
             watches.pods.clone(),
             watches.all_pods.clone(),
         );
-        let join = tokio::spawn(run_loop(client, options, watches, notify, stop_rx));
+        let join = tokio::spawn(run_loop(
+            client, options, watches, notify, stop_rx, faults_rx,
+        ));
         FakeKubelet {
             stop,
+            faults,
             join,
             nodes,
             pods,
@@ -83,6 +96,18 @@ impl FakeKubelet {
         self.pods
             .get(&reference)
             .or_else(|| self.all_pods.as_ref()?.get(&reference))
+    }
+
+    /// The node's kubelet refuses the next `count` pods it would admit with `reason` and
+    /// `message` (phase `Failed`, no container started), as a kubelet whose device plugin
+    /// cannot allocate the pod's chips does (`UnexpectedAdmissionError`).
+    pub fn refuse_admission(&self, node: &str, reason: &str, message: &str, count: u32) {
+        let _ = self.faults.send(AdmissionFault {
+            node: node.to_string(),
+            reason: reason.to_string(),
+            message: message.to_string(),
+            count,
+        });
     }
 
     /// Stops the loop and waits for it to end.
@@ -227,6 +252,7 @@ async fn run_loop(
     watches: Watches,
     notify: Arc<Notify>,
     mut stop: watch::Receiver<bool>,
+    mut faults: mpsc::UnboundedReceiver<AdmissionFault>,
 ) {
     let stopped = tokio::select! {
         _ = watches.ready() => false,
@@ -251,6 +277,9 @@ async fn run_loop(
             if heartbeats && Instant::now() >= next_heartbeat {
                 super::node_lease::renew_all(&client, &watches.nodes.state()).await;
                 next_heartbeat = Instant::now() + super::node_lease::RENEW_INTERVAL;
+            }
+            while let Ok(f) = faults.try_recv() {
+                core.refuse(&f.node, &f.reason, &f.message, f.count);
             }
             run_pass(&client, &options, &mut core, &watches).await;
             // Next resync, or sooner when a start reaches Running or Ready (start costs).

@@ -12,6 +12,9 @@
 //! fails or panics before reaching `stop` (on a thread of its own, bounded by a timeout).
 #![allow(dead_code)]
 
+#[path = "control_plane.rs"]
+pub mod control_plane;
+
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,7 +30,9 @@ use slice_controller::{self as operator, OperatorConfig, OperatorHandle};
 use slice_core::api::{Membership, Phase, TrainCluster};
 use slice_core::constants::*;
 use slice_emulator::{Emulator, EmulatorOptions};
-use slice_sim::{self as sim, FakeKubelet, KubeletOptions, NodePoolSpec, PreemptionTiming};
+use slice_sim::{
+    self as sim, FakeKubelet, KubeletOptions, NodePoolSpec, PreemptionTiming, SchedulerMode,
+};
 
 /// Label on every node an [`Env`] creates; the value is the run id ([`Env::run`]).
 pub const RUN_LABEL: &str = "e2e.slices.dev/run";
@@ -131,6 +136,8 @@ pub struct Env {
     /// What to delete from a cluster this Env does not own; `None` once done (or when the
     /// Env owns its emulator, which goes away with it).
     cleanup: Option<Cleanup>,
+    /// This scenario's turn on a real cluster, held until it ends.
+    turn: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
 /// A cluster several scenarios share: the one in $KUBECONFIG (`E2E_EXTERNAL=1`), else an
@@ -139,20 +146,21 @@ pub struct SharedCluster {
     pub config: kube::Config,
     pub emulator: Option<Emulator>,
     pub operator: Option<OperatorHandle>,
+    /// The scenario's turn on a real cluster, held until it ends.
+    turn: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
 impl SharedCluster {
     pub async fn start() -> SharedCluster {
         if external() {
-            let config = kube::Config::infer()
-                .await
-                .expect("E2E_EXTERNAL=1 needs a reachable cluster in KUBECONFIG");
             return SharedCluster {
-                config,
+                turn: one_at_a_time().await,
+                config: external_config().await,
                 emulator: None,
                 operator: None,
             };
         }
+        control_plane::say_skipped_once();
         let emulator = Emulator::start(EmulatorOptions::default())
             .await
             .expect("emulator");
@@ -162,6 +170,7 @@ impl SharedCluster {
             config: emulator.config(),
             emulator: Some(emulator),
             operator: Some(operator),
+            turn: None,
         }
     }
 
@@ -202,7 +211,12 @@ impl Cleanup {
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(e) => errors.push(format!("{what}: {e}")),
         };
-        let tcs: Api<TrainCluster> = Api::namespaced(client.clone(), &self.namespace);
+        // Dynamic: a malformed object the typed API cannot read is deleted all the same.
+        let tcs: Api<kube::core::DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            &self.namespace,
+            &kube::core::ApiResource::erase::<TrainCluster>(&()),
+        );
         let r = tcs
             .delete_collection(&DeleteParams::default(), &ListParams::default())
             .await
@@ -333,8 +347,35 @@ async fn start_operator(emulator: &Emulator, i: usize, options: &EnvOptions) -> 
         .expect("operator starts")
 }
 
+/// Scenarios run against a real API server: the one in $KUBECONFIG (`E2E_EXTERNAL=1`, the
+/// operator installed there), or the control plane the suite starts itself
+/// ([`control_plane::ASSETS_VAR`]).
 pub fn external() -> bool {
-    std::env::var("E2E_EXTERNAL").is_ok_and(|v| v == "1")
+    std::env::var("E2E_EXTERNAL").is_ok_and(|v| v == "1") || control_plane::assets().is_some()
+}
+
+/// The real control plane this process started, if the suite runs on one.
+pub fn own_control_plane() -> Option<&'static control_plane::ControlPlane> {
+    control_plane::assets().map(|assets| control_plane::shared(&assets))
+}
+
+/// The admin client configuration of the real cluster: the suite's own control plane, else
+/// the one in $KUBECONFIG.
+async fn external_config() -> kube::Config {
+    match own_control_plane() {
+        Some(plane) => plane.config(),
+        None => kube::Config::infer()
+            .await
+            .expect("E2E_EXTERNAL=1 needs a reachable cluster in KUBECONFIG"),
+    }
+}
+
+/// One scenario at a time on a real cluster: one scheduler and one operator serve them all.
+async fn one_at_a_time() -> Option<tokio::sync::OwnedMutexGuard<()>> {
+    static TURN: std::sync::OnceLock<std::sync::Arc<tokio::sync::Mutex<()>>> =
+        std::sync::OnceLock::new();
+    let turn = TURN.get_or_init(Default::default).clone();
+    Some(turn.lock_owned().await)
 }
 
 impl Env {
@@ -352,11 +393,12 @@ impl Env {
             operator::init_tracing(operator::LogFormat::Text);
         }
         if external() {
-            let config = kube::Config::infer()
-                .await
-                .expect("E2E_EXTERNAL=1 needs a reachable cluster in KUBECONFIG");
-            return Env::start_shared(config, scenario, pools).await;
+            let turn = one_at_a_time().await;
+            let mut env = Env::start_shared(external_config().await, scenario, pools).await;
+            env.turn = turn;
+            return env;
         }
+        control_plane::say_skipped_once();
         let emulator = Emulator::start(options.emulator.clone())
             .await
             .expect("emulator");
@@ -375,6 +417,7 @@ impl Env {
             kubelet: None,
             extra_kubelets: Vec::new(),
             prefix: String::new(),
+            turn: None,
             cleanup: None,
         };
         env.setup(pools).await
@@ -400,6 +443,7 @@ impl Env {
             options: EnvOptions::default(),
             kubelet: None,
             extra_kubelets: Vec::new(),
+            turn: None,
             // Armed before anything is created, so a failure part-way is cleaned up too.
             cleanup: Some(Cleanup {
                 config,
@@ -419,7 +463,21 @@ impl Env {
             .create(&PostParams::default(), &ns)
             .await
             .expect("create the scenario's namespace");
+        env.wait_default_service_account(&env.namespace).await;
         env.setup(pools).await
+    }
+
+    /// A real API server admits no pod into a namespace before its controller-manager made
+    /// the `default` ServiceAccount: a new user of a new namespace waits for it too.
+    async fn wait_default_service_account(&self, namespace: &str) {
+        let api: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(self.client.clone(), namespace);
+        self.wait_for(
+            "the namespace's default ServiceAccount",
+            Duration::from_secs(30),
+            || async { api.get_opt("default").await.ok().flatten().map(|_| ()) },
+        )
+        .await;
     }
 
     /// Node pools and the fake kubelet (limited to this Env's namespace and nodes).
@@ -436,6 +494,8 @@ impl Env {
                 pod_selector: Some(LABEL_CLUSTER.to_string()),
                 node_selector: Some(run_selector(&self.run)),
                 start_delay: Duration::from_millis(100),
+                // Where a kube-scheduler runs it binds, and the fake kubelet only admits.
+                scheduler: SchedulerMode::Auto,
                 ..Default::default()
             },
         ));
@@ -568,6 +628,13 @@ impl Env {
             async move { seen.then_some(()) }
         })
         .await
+    }
+
+    /// The kubelet of `node` refuses the next pod it would admit with `reason` (a scripted
+    /// fault: a device plugin that cannot allocate the pod's chips).
+    pub fn refuse_admission(&self, node: &str, reason: &str, message: &str) {
+        let kubelet = self.kubelet.as_ref().expect("this Env runs a fake kubelet");
+        kubelet.refuse_admission(node, reason, message, 1);
     }
 
     pub async fn wait_for<T, F, Fut>(&self, what: &str, timeout: Duration, mut check: F) -> T
@@ -717,6 +784,9 @@ impl Env {
             .create(&PostParams::default(), &ns)
             .await
             .expect("create another namespace");
+        if self.emulator.is_none() {
+            self.wait_default_service_account(&name).await;
+        }
         name
     }
 
@@ -747,6 +817,8 @@ impl Env {
                 pod_selector: Some(LABEL_CLUSTER.to_string()),
                 node_selector: Some(run_selector(&self.run)),
                 start_delay: Duration::from_millis(100),
+                // Where a kube-scheduler runs it binds, and the fake kubelet only admits.
+                scheduler: SchedulerMode::Auto,
                 ..Default::default()
             },
         ));
@@ -786,9 +858,50 @@ pub fn uid(pod: &Pod) -> String {
     pod.metadata.uid.clone().unwrap_or_default()
 }
 
-/// Read one counter from the in-process operator's /metrics (0 when not available).
+/// A metric of the operator serving this Env, summed over its samples (label sets) and its
+/// replicas: from the in-process operators, the operator processes of the suite's own
+/// control plane, or (`E2E_EXTERNAL=1`) the installed operator's pods through the API
+/// server's pod proxy. 0 when none can be read.
 pub async fn metric_value(env: &Env, name: &str) -> u64 {
-    operator_metric(env, 0, name)
+    if !env.operators.is_empty() {
+        return (0..env.operators.len())
+            .map(|i| operator_metric(env, i, name))
+            .sum();
+    }
+    let mut total = 0.0;
+    if let Some(plane) = own_control_plane() {
+        for addr in plane.metrics_endpoints() {
+            let text = control_plane::scrape(addr).await.unwrap_or_default();
+            total += control_plane::sum(&text, name);
+        }
+    } else if env.emulator.is_none() {
+        for text in installed_operator_metrics(&env.client).await {
+            total += control_plane::sum(&text, name);
+        }
+    }
+    total as u64
+}
+
+/// The /metrics of every pod of the installed operator (namespace and labels of the chart's
+/// Deployment; `E2E_OPERATOR_NAMESPACE` overrides the namespace).
+async fn installed_operator_metrics(client: &Client) -> Vec<String> {
+    let namespace =
+        std::env::var("E2E_OPERATOR_NAMESPACE").unwrap_or_else(|_| "slice-operator".into());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let selector = "app.kubernetes.io/name=slice-operator";
+    let Ok(list) = pods.list(&ListParams::default().labels(selector)).await else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for pod in list.items {
+        let name = pod.metadata.name.unwrap_or_default();
+        let path = format!("/api/v1/namespaces/{namespace}/pods/{name}:8080/proxy/metrics");
+        let request = http::Request::get(path).body(Vec::new()).unwrap();
+        if let Ok(text) = client.request_text(request).await {
+            out.push(text);
+        }
+    }
+    out
 }
 
 /// A metric of in-process operator `i` (0 when there is none).
@@ -796,10 +909,5 @@ pub fn operator_metric(env: &Env, i: usize, name: &str) -> u64 {
     let Some(op) = env.operators.get(i) else {
         return 0;
     };
-    let text = op.context.metrics.render();
-    text.lines()
-        .find(|l| l.starts_with(name) && !l.starts_with('#'))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse::<f64>().ok())
-        .map_or(0, |v| v as u64)
+    control_plane::sum(&op.context.metrics.render(), name) as u64
 }

@@ -3,6 +3,7 @@
 //! same scenarios run, one at a time, against the cluster in $KUBECONFIG with the operator
 //! installed by the chart (`make e2e`, `make e2e-kind`).
 
+mod admission;
 mod harness;
 mod lifecycle;
 mod lifecycle_edits;

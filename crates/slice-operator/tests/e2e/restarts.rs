@@ -39,7 +39,11 @@ async fn wait_reconciled(env: &Env, i: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_restart_and_failover_replace_no_pod_and_count_nothing() {
     if harness::external() {
-        return; // restarts the in-process operators; see docs/reliability.md for a real cluster
+        // Processes the suite started itself can be stopped; an installed operator is not ours.
+        if let Some(plane) = harness::own_control_plane() {
+            restart_and_fail_over_processes(plane).await;
+        }
+        return;
     }
     let pools = v6e_pools(3);
     let pools: Vec<_> = pools.iter().map(|(n, a, t)| (n.as_str(), *a, *t)).collect();
@@ -62,6 +66,51 @@ async fn operator_restart_and_failover_replace_no_pod_and_count_nothing() {
         })
         .await;
         wait_reconciled(&env, env_leader(&env).unwrap()).await;
+        assert_eq!(settled(&env, "steady").await, before, "after kill={kill}");
+    }
+    env.stop().await;
+}
+
+/// The same against the real control plane: the leader process is sent SIGTERM, then the
+/// next leader SIGKILL, and each time a new replica is started as the Deployment would.
+async fn restart_and_fail_over_processes(plane: &harness::control_plane::ControlPlane) {
+    let env = env_with("restart", 3).await;
+    env.create(&env.train_cluster("steady", Membership::Multislice, 3, 3))
+        .await;
+    env.wait_running("steady", 3, 4).await;
+    let before = settled(&env, "steady").await;
+    let (namespace, name) = plane.operator_lease();
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(env.client.clone(), &namespace);
+    let holder = || async {
+        let lease = leases.get_opt(&name).await.ok()??;
+        lease.spec?.holder_identity.filter(|h| !h.is_empty())
+    };
+    for kill in [false, true] {
+        let old = env
+            .wait_for("a leader", Duration::from_secs(30), holder)
+            .await;
+        assert!(plane.stop_operator(&old, kill), "{old} is one of ours");
+        plane.add_operator().expect("a new replica");
+        let new = env
+            .wait_for("another leader", Duration::from_secs(60), || async {
+                holder().await.filter(|h| *h != old)
+            })
+            .await;
+        let addr = plane.metrics_of(&new).expect("the new leader runs");
+        env.wait_for(
+            "the new leader's first reconcile",
+            Duration::from_secs(30),
+            || async {
+                let text = harness::control_plane::scrape(addr).await?;
+                let done = harness::control_plane::sum(
+                    &text,
+                    "slice_operator_reconcile_duration_seconds_count",
+                );
+                (done > 0.0).then_some(())
+            },
+        )
+        .await;
         assert_eq!(settled(&env, "steady").await, before, "after kill={kill}");
     }
     env.stop().await;

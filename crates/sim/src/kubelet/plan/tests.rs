@@ -443,3 +443,34 @@ fn chips_are_counted_once_per_pod_and_freed_when_its_containers_stop() {
         "{acts:?}"
     );
 }
+
+/// A scripted admission fault refuses the next pod on its node once, with its reason, and
+/// that pod stays refused however often it is planned; the pod after it is admitted.
+#[test]
+fn a_scripted_refusal_refuses_one_pod_then_admits_the_next() {
+    let mut k = core(Duration::ZERO);
+    let nodes = nodes();
+    let t0 = Instant::now();
+    k.refuse(
+        "pool-0-1",
+        UNEXPECTED_ADMISSION_REASON,
+        "Allocate failed",
+        1,
+    );
+    let first = Arc::new(bound(tpu_pod("first", 4), "pool-0-1"));
+    for _ in 0..2 {
+        let acts = k.plan(std::slice::from_ref(&first), &nodes, t0);
+        assert!(
+            matches!(&acts[..], [KubeletAction::Reject { name, reason, patch, .. }]
+                if name == "first" && reason == UNEXPECTED_ADMISSION_REASON
+                && patch["status"]["message"] == "Pod was rejected: Allocate failed"),
+            "{acts:?}"
+        );
+    }
+    let next = Arc::new(bound(tpu_pod("next", 4), "pool-0-1"));
+    let acts = k.plan(std::slice::from_ref(&next), &nodes, t0);
+    assert!(
+        matches!(&acts[..], [KubeletAction::Start { name, .. }] if name == "next"),
+        "{acts:?}"
+    );
+}
