@@ -55,6 +55,10 @@ enum Command {
         /// the kube-system/kube-scheduler Lease exists).
         #[arg(long, default_value = "auto")]
         scheduler: slice_sim::SchedulerMode,
+        /// Seconds a deleted pod's containers take to stop (phase `Failed` with exit 143)
+        /// before its deletion is confirmed: a TPU workload can take seconds to exit.
+        #[arg(long, default_value_t = 0.1)]
+        termination_delay: f64,
     },
     /// Print the TrainCluster CustomResourceDefinition as YAML.
     Crd,
@@ -87,10 +91,19 @@ fn main() -> ExitCode {
             kubeconfig,
             pools,
             scheduler,
+            termination_delay,
         } => runtime().and_then(|rt| {
             rt.block_on(async {
                 let shutdown = shutdown_signal();
-                sim_commands::fake_kubelet(kubeconfig, pools, scheduler, shutdown).await
+                let options = slice_sim::KubeletOptions {
+                    scheduler,
+                    termination_delay: std::time::Duration::try_from_secs_f64(termination_delay)
+                        .map_err(|e| {
+                            anyhow::anyhow!("--termination-delay {termination_delay}: {e}")
+                        })?,
+                    ..Default::default()
+                };
+                sim_commands::fake_kubelet(kubeconfig, pools, options, shutdown).await
             })
         }),
     };

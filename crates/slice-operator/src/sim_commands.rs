@@ -39,7 +39,7 @@ pub async fn simulate(
 pub async fn fake_kubelet(
     kubeconfig: Option<PathBuf>,
     pools: Vec<String>,
-    scheduler: slice_sim::SchedulerMode,
+    options: slice_sim::KubeletOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     operator::init_tracing(operator::LogFormat::Text);
@@ -59,10 +59,6 @@ pub async fn fake_kubelet(
     config.kubeconfig = kubeconfig;
     let client = operator::client_for(&config).await?;
     // Never race a real scheduler (`auto`: bind only when no kube-scheduler holds its Lease).
-    let options = slice_sim::KubeletOptions {
-        scheduler,
-        ..Default::default()
-    };
     slice_sim::run_fake_kubelet_mode(client, specs, options, shutdown).await?;
     Ok(())
 }

@@ -90,8 +90,8 @@ impl Default for EnvOptions {
 
 /// The operator's settings exactly as the chart starts it: the container args of the
 /// Deployment in deploy/ (rendered from the chart, drift-checked by `make test`), parsed by
-/// the binary's own flag definitions. Tests override only the listen address.
-pub fn chart_config() -> OperatorConfig {
+/// the binary's own flag definitions.
+pub fn shipped_config() -> OperatorConfig {
     #[derive(clap::Parser)]
     struct Cli {
         #[command(subcommand)]
@@ -112,11 +112,17 @@ pub fn chart_config() -> OperatorConfig {
         .expect("a Deployment in deploy/slice-operator.yaml");
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
     let args: Vec<String> = serde_yaml::from_value(container["args"].clone()).expect("args");
-    let Command::Run(mut config) = <Cli as clap::Parser>::try_parse_from(
+    let Command::Run(config) = <Cli as clap::Parser>::try_parse_from(
         std::iter::once("slice-operator".to_string()).chain(args),
     )
     .expect("the chart's args parse")
     .command;
+    config
+}
+
+/// [`shipped_config`] listening on a free loopback port: what in-process operators run.
+pub fn chart_config() -> OperatorConfig {
+    let mut config = shipped_config();
     config.metrics_addr = "127.0.0.1:0".parse().unwrap();
     config
 }
@@ -463,7 +469,9 @@ impl Env {
             .create(&PostParams::default(), &ns)
             .await
             .expect("create the scenario's namespace");
-        env.wait_default_service_account(&env.namespace).await;
+        if external() {
+            env.wait_default_service_account(&env.namespace).await;
+        }
         env.setup(pools).await
     }
 
@@ -784,7 +792,7 @@ impl Env {
             .create(&PostParams::default(), &ns)
             .await
             .expect("create another namespace");
-        if self.emulator.is_none() {
+        if external() {
             self.wait_default_service_account(&name).await;
         }
         name
@@ -882,6 +890,19 @@ pub async fn metric_value(env: &Env, name: &str) -> u64 {
     total as u64
 }
 
+/// The operator's metrics endpoints outside the cluster: `E2E_OPERATOR_METRICS`
+/// (`host:port`, comma-separated), else the chart's `--metrics-addr` port on loopback (an
+/// operator started beside the suite with the chart's args).
+fn operator_metrics_addrs() -> Vec<std::net::SocketAddr> {
+    let list = std::env::var("E2E_OPERATOR_METRICS").unwrap_or_else(|_| {
+        let port = shipped_config().metrics_addr.port();
+        format!("127.0.0.1:{port}")
+    });
+    list.split(',')
+        .filter_map(|a| a.trim().parse().ok())
+        .collect()
+}
+
 /// The /metrics of every pod of the installed operator (namespace and labels of the chart's
 /// Deployment; `E2E_OPERATOR_NAMESPACE` overrides the namespace).
 async fn installed_operator_metrics(client: &Client) -> Vec<String> {
@@ -889,11 +910,19 @@ async fn installed_operator_metrics(client: &Client) -> Vec<String> {
         std::env::var("E2E_OPERATOR_NAMESPACE").unwrap_or_else(|_| "slice-operator".into());
     let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
     let selector = "app.kubernetes.io/name=slice-operator";
-    let Ok(list) = pods.list(&ListParams::default().labels(selector)).await else {
-        return Vec::new();
-    };
+    let pods = pods
+        .list(&ListParams::default().labels(selector))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
     let mut out = Vec::new();
-    for pod in list.items {
+    if pods.is_empty() {
+        for addr in operator_metrics_addrs() {
+            out.extend(control_plane::scrape(addr).await);
+        }
+        return out;
+    }
+    for pod in pods {
         let name = pod.metadata.name.unwrap_or_default();
         let path = format!("/api/v1/namespaces/{namespace}/pods/{name}:8080/proxy/metrics");
         let request = http::Request::get(path).body(Vec::new()).unwrap();
