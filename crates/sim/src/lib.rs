@@ -27,7 +27,9 @@
 //! Simulated as a real cluster does it (never kinder): graceful pod deletion (a pod marked for
 //! deletion keeps its chips until it is gone; its kubelet stops the containers and confirms
 //! the deletion only while its node is Ready, so on a lost node it stays Terminating until
-//! the node is back or deleted), kubelet admission of `google.com/tpu` (`OutOf<resource>`),
+//! the node is back or deleted), kubelet admission of `google.com/tpu` (`OutOf<resource>`;
+//! chips counted once per pod and freed when its containers stop; scripted refusals such as a
+//! device plugin's `UnexpectedAdmissionError`),
 //! the node lifecycle controller's Ready `Unknown` and `unreachable`/`not-ready` taints
 //! (the `NoExecute` one removed a few seconds after the node is Ready again).
 //!
@@ -36,8 +38,9 @@
 //! pull fails, `imagePullPolicy` is ignored), probes, container processes and logs, init containers'
 //! execution, volumes, networking (pod IPs are fake), the grace period itself (containers
 //! stop after `KubeletOptions::termination_delay`, whatever the grace period), eviction by
-//! `NoExecute` taints (`tolerationSeconds`), node heartbeats and leases (a fake node never
-//! goes `Unknown` by itself), PodGC's 40 s quarantine (pods of a deleted node are deleted
+//! `NoExecute` taints (`tolerationSeconds`), node heartbeats where no real control plane runs
+//! (a fake node never goes `Unknown` by itself; where a kube-scheduler binds, each node's
+//! Lease is renewed every 10 s as a kubelet does), PodGC's 40 s quarantine (pods of a deleted node are deleted
 //! after `KubeletOptions::orphan_grace`), PodDisruptionBudgets, the `google.com/tpu` node
 //! taint GKE puts on TPU pools.
 

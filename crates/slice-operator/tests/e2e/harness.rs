@@ -543,28 +543,53 @@ impl Env {
             return;
         }
         let api: Api<Node> = Api::all(self.client.clone());
-        let results: Vec<Result<(), kube::Error>> = futures::stream::iter(nodes)
+        let results: Vec<Result<Option<String>, kube::Error>> = futures::stream::iter(nodes)
             .map(|node| {
                 let api = api.clone();
                 async move {
                     let name = node.metadata.name.clone().unwrap_or_default();
-                    match api.create(&PostParams::default(), &node).await {
-                        Ok(_) => {}
-                        Err(kube::Error::Api(e)) if e.code == 409 => {}
+                    let created = match api.create(&PostParams::default(), &node).await {
+                        Ok(_) => Some(name.clone()),
+                        Err(kube::Error::Api(e)) if e.code == 409 => None,
                         Err(e) => return Err(e),
-                    }
+                    };
                     // The API server may drop status on create: write it through /status.
                     let patch = serde_json::json!({"status": node.status});
                     api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
                         .await
-                        .map(|_| ())
+                        .map(|_| created)
                 }
             })
             .buffer_unordered(8)
             .collect()
             .await;
-        for r in results {
-            r.expect("create node pool");
+        let created: Vec<String> = results
+            .into_iter()
+            .filter_map(|r| r.expect("create node pool"))
+            .collect();
+        self.wait_schedulable(&created).await;
+    }
+
+    /// A real API server taints a new node `node.kubernetes.io/not-ready` until the node
+    /// lifecycle controller has seen it Ready: wait for that, as one waits for new nodes.
+    async fn wait_schedulable(&self, names: &[String]) {
+        let api: Api<Node> = Api::all(self.client.clone());
+        for name in names {
+            self.wait_for(
+                &format!("node {name} without the not-ready taint"),
+                Duration::from_secs(60),
+                || async {
+                    let node = api.get(name).await.ok()?;
+                    let tainted = node
+                        .spec
+                        .and_then(|s| s.taints)
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|t| t.key == TAINT_NOT_READY);
+                    (!tainted).then_some(())
+                },
+            )
+            .await;
         }
     }
 

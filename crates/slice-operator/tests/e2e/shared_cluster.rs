@@ -86,22 +86,33 @@ async fn hold_scheduling(env: &Env, pool: &str, hold: bool) {
     let nodes: Api<Node> = Api::all(env.client.clone());
     for host in 0..4 {
         let name = format!("{}-{host}", env.pool(pool));
-        let node = nodes.get(&name).await.unwrap();
-        let mut taints = node.spec.and_then(|s| s.taints).unwrap_or_default();
-        taints.retain(|t| t.key != "e2e.slices.dev/hold");
-        if hold {
-            taints.push(
-                serde_json::from_value(
-                    json!({"key": "e2e.slices.dev/hold", "effect": "NoSchedule"}),
-                )
-                .unwrap(),
-            );
+        // Read, edit, write back under the read's resourceVersion: the node lifecycle
+        // controller edits taints too, and a blind write would undo its edit.
+        loop {
+            let node = nodes.get(&name).await.unwrap();
+            let mut taints = node.spec.and_then(|s| s.taints).unwrap_or_default();
+            taints.retain(|t| t.key != "e2e.slices.dev/hold");
+            if hold {
+                taints.push(
+                    serde_json::from_value(
+                        json!({"key": "e2e.slices.dev/hold", "effect": "NoSchedule"}),
+                    )
+                    .unwrap(),
+                );
+            }
+            let patch = json!({
+                "metadata": {"resourceVersion": node.metadata.resource_version},
+                "spec": {"taints": taints},
+            });
+            match nodes
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => break,
+                Err(kube::Error::Api(e)) if e.code == 409 => continue,
+                Err(e) => panic!("taint {name}: {e}"),
+            }
         }
-        let patch = json!({"spec": {"taints": taints}});
-        nodes
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .unwrap();
         let held = |node: &Node| {
             node.spec
                 .iter()
