@@ -132,23 +132,44 @@ fn service_matches(current: &Service, desired: &Service) -> bool {
                 .map(|p| p.iter().map(|p| p.port).collect::<Vec<_>>())
 }
 
-/// Write the status through the status subresource. Optional fields that are now absent are
-/// sent as null so a merge patch removes them.
-pub async fn write_status(
-    api: &Api<TrainCluster>,
-    name: &str,
-    status: &TrainClusterStatus,
-) -> Result<()> {
+/// The fields of the status in the CRD's schema: every one a status write may have to clear.
+fn status_fields() -> &'static [String] {
+    static FIELDS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    FIELDS.get_or_init(|| {
+        let crd = slice_core::api::crd();
+        crd.spec
+            .versions
+            .iter()
+            .filter_map(|v| v.schema.as_ref()?.open_api_v3_schema.as_ref())
+            .filter_map(|s| s.properties.as_ref()?.get("status")?.properties.as_ref())
+            .flat_map(|p| p.keys().cloned())
+            .collect()
+    })
+}
+
+/// The merge patch that makes the stored status `status`: every field of the schema that
+/// `status` leaves out (an empty list, an unset time) is sent as null, so it is removed
+/// rather than kept from an earlier write.
+pub fn status_patch(status: &TrainClusterStatus) -> Result<Value> {
     let mut body = serde_json::to_value(status).map_err(|source| Error::Serialize {
         what: "status",
         source,
     })?;
     if let Value::Object(map) = &mut body {
-        for key in ["observedGeneration", "conditions", "groups"] {
-            map.entry(key).or_insert(Value::Null);
+        for key in status_fields() {
+            map.entry(key.clone()).or_insert(Value::Null);
         }
     }
-    let patch = json!({ "status": body });
+    Ok(json!({ "status": body }))
+}
+
+/// Write the status through the status subresource ([`status_patch`]).
+pub async fn write_status(
+    api: &Api<TrainCluster>,
+    name: &str,
+    status: &TrainClusterStatus,
+) -> Result<()> {
+    let patch = status_patch(status)?;
     let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
     (|| bounded(api.patch_status(name, &params, &patch)))
         .retry(backoff())
@@ -320,6 +341,30 @@ pub fn same_pod_incarnation(existing: &Pod, wanted: &Pod) -> bool {
 #[cfg(test)]
 mod tests {
     use std::sync::{Arc, Mutex};
+
+    /// A list that empties (the last kubelet refusal or avoided slice expires) is removed
+    /// from the stored status, not kept: else the status never matches the plan and is
+    /// written again on every reconcile.
+    #[test]
+    fn a_status_write_clears_every_field_the_new_status_leaves_out() {
+        let patch = status_patch(&TrainClusterStatus::default()).unwrap();
+        let status = patch["status"].as_object().unwrap();
+        for key in [
+            "kubeletRejections",
+            "avoidedSlices",
+            "conditions",
+            "groups",
+            "head",
+            "completionTime",
+            "createRetryAfter",
+        ] {
+            assert_eq!(status.get(key), Some(&Value::Null), "{key}");
+        }
+        assert_eq!(
+            status["phase"], "Pending",
+            "set fields are written as they are"
+        );
+    }
 
     use http::{Request, Response};
     use kube::client::Body;

@@ -78,6 +78,10 @@ pub const KUBELET_REJECTION_REASONS: &[&str] = &[
     "NodeAffinity",
     "NodeSelectorMismatching",
     "Taint*",
+    "TopologyAffinityError",
+    "InvalidNodeInfo",
+    "NodeShutdown",
+    "Evicted",
     "NodeLost",
 ];
 pub const TAINT_IMPENDING_TERMINATION: &str = "cloud.google.com/impending-node-termination";

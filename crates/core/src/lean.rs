@@ -262,11 +262,17 @@ mod wire {
     }
 
     impl ContainerStatus {
-        /// The container runs or has run (now or before a restart).
+        /// The container runs or has run (now or before a restart). A terminated state
+        /// counts only with a start time or a container id: the kubelet also writes one for
+        /// a container it never started (e.g. `ContainerStatusUnknown`).
         fn ever_ran(&self) -> bool {
             let ran = |s: &Option<ContainerState>| {
-                s.as_ref()
-                    .is_some_and(|s| s.running.is_some() || s.terminated.is_some())
+                s.as_ref().is_some_and(|s| {
+                    s.running.is_some()
+                        || s.terminated
+                            .as_ref()
+                            .is_some_and(|t| t.started_at.is_some() || t.container_id.is_some())
+                })
             };
             ran(&self.state) || ran(&self.last_state) || self.restart_count.unwrap_or(0) > 0
         }
@@ -300,6 +306,9 @@ mod wire {
     #[serde(rename_all = "camelCase")]
     struct Terminated {
         exit_code: Option<i32>,
+        started_at: Option<IgnoredAny>,
+        #[serde(rename = "containerID")]
+        container_id: Option<IgnoredAny>,
     }
 
     impl From<Pod> for LeanPod {

@@ -271,14 +271,19 @@ fn a_pod_its_kubelet_refused_is_told_from_one_that_failed() {
         assert!(pod.rejection.is_some(), "{reason}");
     }
     // Not an admission reason, or a container ran: the job's failure.
-    served["status"]["reason"] = json!("Evicted");
-    let evicted: LeanPod = serde_json::from_value(served.clone()).unwrap();
-    assert_eq!(evicted.rejection, None);
+    served["status"]["reason"] = json!("DeadlineExceeded");
+    let deadline: LeanPod = serde_json::from_value(served.clone()).unwrap();
+    assert_eq!(deadline.rejection, None);
     served["status"]["reason"] = json!("OutOfgoogle.com/tpu");
-    served["status"]["containerStatuses"] =
-        json!([{"name": "w", "state": {"terminated": {"exitCode": 1}}}]);
+    served["status"]["containerStatuses"] = json!([{"name": "w", "state": {"terminated": {
+        "exitCode": 1, "containerID": "containerd://1", "startedAt": "2026-01-01T00:00:00Z"}}}]);
     let ran: LeanPod = serde_json::from_value(served.clone()).unwrap();
     assert_eq!(ran.rejection, None);
+    // A terminated state the kubelet wrote for a container it never started is no run.
+    served["status"]["containerStatuses"] = json!([{"name": "w", "state": {"terminated": {
+        "exitCode": 137, "reason": "ContainerStatusUnknown"}}}]);
+    let never: LeanPod = serde_json::from_value(served.clone()).unwrap();
+    assert!(never.rejection.is_some());
     served["status"]["phase"] = json!("Pending");
     served["status"]["containerStatuses"] = json!(null);
     let pending: LeanPod = serde_json::from_value(served).unwrap();

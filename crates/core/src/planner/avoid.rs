@@ -8,33 +8,15 @@ use jiff::{SignedDuration, Timestamp};
 
 use super::cluster::Planner;
 use super::observe::{ObservedReplica, Verdict};
-use super::{DeleteReason, EventType, parse_time};
+use super::{DeleteReason, parse_time};
+use crate::api::AvoidedSlice;
 use crate::api::validate::ResolvedGroup;
-use crate::api::{AvoidedSlice, KubeletRejection, TrainCluster};
 
 /// The avoided slices still cooling down at `now` (expired ones are forgotten).
 pub(super) fn still_avoided(previous: &[AvoidedSlice], now: Timestamp) -> Vec<AvoidedSlice> {
     previous
         .iter()
         .filter(|a| parse_time(Some(&a.until)).is_some_and(|until| until > now))
-        .cloned()
-        .collect()
-}
-
-/// The kubelet refusals noted within the last `elastic.placementTimeoutSeconds`.
-pub(super) fn recent_rejections(
-    tc: &TrainCluster,
-    previous: &[KubeletRejection],
-    now: Timestamp,
-) -> Vec<KubeletRejection> {
-    let window = SignedDuration::from_secs(tc.spec.elastic.placement_timeout_seconds.into());
-    previous
-        .iter()
-        .filter(|r| {
-            parse_time(Some(&r.time))
-                .and_then(|t| t.checked_add(window).ok())
-                .is_some_and(|until| until > now)
-        })
         .cloned()
         .collect()
 }
@@ -51,60 +33,26 @@ impl Planner<'_> {
     /// Remember the slice of every replica given up for a placement timeout. A slice already
     /// remembered keeps its deadline: a group judged again while its pods go does not
     /// extend it.
-    pub(super) fn avoid_unschedulable(&mut self, observed: &BTreeMap<u32, ObservedReplica<'_>>) {
+    pub(super) fn avoid_unschedulable(
+        &mut self,
+        observed: &BTreeMap<u32, ObservedReplica<'_>>,
+        retiring: &[u64],
+    ) {
         for replica in observed.values() {
+            // A replica judged before is the same incident, whichever member shows it now.
+            if retiring.contains(&replica.incarnation) {
+                continue;
+            }
             match (&replica.verdict, replica.slice) {
                 (Verdict::Broken(DeleteReason::PlacementTimeout { slice, .. }), _) => {
                     self.avoid_for_timeout(slice);
                 }
                 (Verdict::Broken(reason @ DeleteReason::KubeletRejected { .. }), Some(slice)) => {
-                    self.note_rejection(slice, reason);
+                    self.note_group_rejection(slice, reason);
                 }
                 _ => {}
             }
         }
-    }
-
-    /// Remember a kubelet's refusal on `slice`; a refusal of another pod there within the
-    /// window avoids the slice: a node that keeps refusing is broken in a way its status
-    /// does not show (a device plugin holding chips, a label or taint out of step).
-    fn note_rejection(&mut self, slice: &str, reason: &DeleteReason) {
-        let DeleteReason::KubeletRejected {
-            pod,
-            uid,
-            node,
-            reason,
-            message,
-        } = reason
-        else {
-            return;
-        };
-        let before = self.rejections.iter().position(|r| r.slice == slice);
-        if let Some(i) = before {
-            if self.rejections[i].pod_uid == *uid {
-                return; // the same refusal, judged again while its group goes
-            }
-            self.rejections.remove(i);
-            self.avoid_for_timeout(slice);
-            self.emit(
-                EventType::Warning,
-                "SliceAvoided",
-                format!(
-                    "slice {slice} avoided for {} s (elastic.placementTimeoutSeconds): the kubelet of node {node} \
-                     refused pod {pod} ({reason}), the second refusal on this slice",
-                    self.tc.spec.elastic.placement_timeout_seconds
-                ),
-            );
-        }
-        self.rejections.push(KubeletRejection {
-            slice: slice.to_string(),
-            node: node.clone(),
-            pod: pod.clone(),
-            pod_uid: uid.clone(),
-            reason: reason.clone(),
-            message: message.clone(),
-            time: self.now.to_string(),
-        });
     }
 
     /// Avoid `slice` for as long as the placement timeout (a deadline already set stays).

@@ -60,7 +60,7 @@ impl<'a> Planner<'a> {
             fresh_spec: false,
             create_hold: None,
             avoided: super::avoid::still_avoided(&previous.avoided_slices, now),
-            rejections: super::avoid::recent_rejections(tc, &previous.kubelet_rejections, now),
+            rejections: super::rejections::recent(tc, &previous.kubelet_rejections, now),
             spare_refills: Vec::new(),
         }
     }

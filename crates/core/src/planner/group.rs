@@ -180,7 +180,7 @@ impl<'a> Planner<'a> {
             placement_timeout: self.placement_timeout(group),
         };
         let (observed, strays) = observe::replicas(pods, &judging, self.inventory);
-        self.avoid_unschedulable(&observed);
+        self.avoid_unschedulable(&observed, &memory.retiring_incarnations);
         self.wake_for_unscheduled(&observed, judging.placement_timeout);
         if !strays.is_empty() {
             self.delete_whole(group.name(), None, DeleteReason::BadReplicaIndex, &strays);

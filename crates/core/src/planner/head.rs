@@ -91,12 +91,13 @@ impl Planner<'_> {
         for pod in pods {
             let reason = if !wanted {
                 Some(stop.clone().unwrap_or(DeleteReason::HeadRemoved))
+            } else if let Some(r) = pod.rejection.as_deref().filter(|_| is_terminal(pod)) {
+                let refusal = super::observe::kubelet_rejected(pod, r);
+                self.note_head_rejection(&refusal, head);
+                Some(refusal)
             } else if is_terminal(pod) {
-                Some(match &pod.rejection {
-                    Some(r) => super::observe::kubelet_rejected(pod, r),
-                    None => DeleteReason::MemberFailed {
-                        pod: pod.name().to_string(),
-                    },
+                Some(DeleteReason::MemberFailed {
+                    pod: pod.name().to_string(),
                 })
             } else if pod.name() != render::head_pod_name(cluster) {
                 Some(DeleteReason::BadReplicaIndex)

@@ -69,14 +69,15 @@ pub(super) fn judge_replicas<'r, 'a>(
                     DisruptionKind::Preemption => tally.preemptions += 1,
                     DisruptionKind::Maintenance => {}
                 }
-                // A member that never got going (cut short, or never scheduled) is replaced
-                // into an epoch that has not run whole yet.
+                // A member that never got going (cut short, never scheduled, refused by its
+                // kubelet) is replaced into an epoch that has not run whole yet.
                 let unfinished = forming
                     && matches!(
                         reason,
                         DeleteReason::Incomplete { .. }
                             | DeleteReason::PlacementTimeout { .. }
                             | DeleteReason::SliceContended { .. }
+                            | DeleteReason::KubeletRejected { .. }
                     );
                 tally.broken_current_epoch |=
                     replica.epoch == Some(epoch) && !judged_before && !unfinished;

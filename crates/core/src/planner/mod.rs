@@ -33,6 +33,7 @@ pub mod observe;
 mod place;
 pub mod policy;
 pub mod reason;
+mod rejections;
 pub mod render;
 mod retire;
 pub mod revision;

@@ -118,6 +118,12 @@ fn problem(
     if let Some(f) = facts.iter().find(|f| observe::terminating(f.pod)) {
         return Some(broken(format!("placeholder {} was deleted", f.pod.name())));
     }
+    if let Some((f, r)) = facts
+        .iter()
+        .find_map(|f| Some((f, f.pod.rejection.as_deref()?)))
+    {
+        return Some(observe::kubelet_rejected(f.pod, r));
+    }
     if let Some(f) = facts.iter().find(|f| crate::inventory::is_terminal(f.pod)) {
         return Some(broken(format!("placeholder {} has ended", f.pod.name())));
     }
@@ -253,7 +259,8 @@ pub(super) fn wanted(group: &ResolvedGroup<'_>, target: u32, stopped: bool) -> R
 
 impl<'a> Planner<'a> {
     /// Gather and judge the group's placeholder sets; delete broken ones whole (a slice
-    /// given up for a placement timeout is avoided for as long).
+    /// given up for a placement timeout is avoided for as long, as is one whose kubelets
+    /// refuse placeholders twice).
     pub(super) fn observe_spares(
         &mut self,
         group: &ResolvedGroup<'_>,
@@ -275,8 +282,14 @@ impl<'a> Planner<'a> {
         for set in &sets {
             match &set.state {
                 SpareState::Broken(reason) => {
-                    if let DeleteReason::PlacementTimeout { slice, .. } = reason {
-                        self.avoid_for_timeout(slice);
+                    match (reason, set.slice) {
+                        (DeleteReason::PlacementTimeout { slice, .. }, _) => {
+                            self.avoid_for_timeout(slice);
+                        }
+                        (DeleteReason::KubeletRejected { .. }, Some(slice)) => {
+                            self.note_group_rejection(slice, reason);
+                        }
+                        _ => {}
                     }
                     self.delete_spare(group.name(), set, reason.clone());
                 }

@@ -87,6 +87,7 @@ fn a_failure_after_a_container_ran_is_the_jobs_whatever_the_reason() {
         state: Some(ContainerState {
             terminated: Some(ContainerStateTerminated {
                 exit_code: 1,
+                container_id: Some("containerd://1".into()),
                 ..Default::default()
             }),
             ..Default::default()
@@ -172,7 +173,68 @@ fn a_head_refused_by_its_kubelet_is_replaced_uncharged_and_at_once() {
     assert_eq!(plan.delete[0].reason.code(), "KubeletRejected");
     assert!(!plan.events.iter().any(|e| e.reason == "HeadFailed"));
     let plan = world.step();
-    assert!(plan.create_head.is_some(), "a new head at once, no backoff");
+    let again = plan.create_head.expect("a new head at once, no backoff");
     let head = world.status().head.expect("head status");
     assert_eq!(head.restarts, 0);
+    assert_eq!(world.status().kubelet_rejections[0].pod, name);
+    // Refused again on the same node: the next head waits a backoff, still uncharged.
+    world.pods.push(Arc::new(run_on(again, "cpu-node")));
+    let refused = world.pod_mut(&name);
+    refused.metadata.uid = Some("uid-of-the-second-head".into());
+    reject_pod(refused, "NodeAffinity");
+    let plan = world.step();
+    assert!(
+        plan.events.iter().any(|e| e.reason == "HeadRejected"),
+        "{:?}",
+        plan.events
+    );
+    let plan = world.step();
+    assert!(
+        plan.create_head.is_none(),
+        "held back after a second refusal"
+    );
+    assert!(plan.requeue_after.is_some());
+    let head = world.status().head.expect("head status");
+    assert_eq!(head.restarts, 0);
+    world.now += secs(i64::from(world.cluster.spec.failure_policy.backoff_seconds));
+    assert!(
+        world.step().create_head.is_some(),
+        "and created once it is over"
+    );
+}
+
+/// A multislice epoch still forming (one host refused before the job ever ran whole) is not
+/// restarted: only the refused replica is recreated, into the same epoch.
+#[test]
+fn a_refusal_while_a_multislice_epoch_forms_replaces_only_that_replica() {
+    let mut world = World::new(train_cluster(Membership::Multislice, 3, 3), v6e_pools(3));
+    let plan = world.step();
+    assert_eq!(plan.create.len(), 3);
+    let epoch = world.status().groups[0].epoch;
+    // Pods exist, none has run yet; host 2 of replica 1 is refused by its kubelet.
+    reject_pod(
+        world.pod_mut("demo-workers-1-2"),
+        "UnexpectedAdmissionError",
+    );
+    let untouched: Vec<_> = world
+        .pods
+        .iter()
+        .filter(|p| World::label_of(p, LABEL_REPLICA_INDEX).as_deref() != Some("1"))
+        .map(|p| p.metadata.uid.clone())
+        .collect();
+    let plan = world.step();
+    assert_eq!(plan.delete.len(), 1, "{:?}", plan.delete);
+    assert_eq!(plan.delete[0].reason.code(), "KubeletRejected");
+    assert_eq!(plan.delete[0].replica, Some(1));
+    world.settle(5);
+    let status = world.status();
+    assert_eq!(status.phase, Phase::Running);
+    assert_eq!(status.groups[0].epoch, epoch, "the same epoch");
+    assert_eq!(status.restarts, 0);
+    for uid in untouched {
+        assert!(
+            world.pods.iter().any(|p| p.metadata.uid == uid),
+            "the other replicas are kept"
+        );
+    }
 }

@@ -534,3 +534,29 @@ fn after_the_swap_the_replica_on_the_former_spare_is_held_while_its_placeholders
     assert_eq!(plan.status.desired_slices, 4);
     assert_eq!(plan.status.groups[0].epoch, epoch, "no second restart");
 }
+
+#[test]
+fn a_placeholder_its_kubelet_refuses_is_noted_and_a_slice_that_refuses_twice_is_avoided() {
+    // Two slices: the job on one, its spare on the only other.
+    let mut world = with_spares(Membership::Multislice, 1, 1, 2);
+    world.settle(8);
+    assert_eq!(slices_by_role(&world).1, pools(&["pool-1"]));
+    reject_pod(
+        world.pod_mut("demo-workers-spare0-2"),
+        "OutOfgoogle.com/tpu",
+    );
+    let plan = world.step();
+    assert_eq!(plan.delete[0].reason.code(), "KubeletRejected");
+    assert_eq!(world.status().kubelet_rejections[0].slice, "pool-1");
+    world.settle(8);
+    assert_eq!(slices_by_role(&world).1, pools(&["pool-1"]), "tried again");
+    let again = world.pod_mut("demo-workers-spare0-2");
+    again.metadata.uid = Some("uid-of-the-second-placeholder".into());
+    reject_pod(again, "OutOfgoogle.com/tpu");
+    world.step();
+    assert_eq!(world.status().avoided_slices[0].slice, "pool-1");
+    world.settle(8);
+    assert!(slices_by_role(&world).1.is_empty(), "not held there again");
+    let status = world.status();
+    assert_eq!((status.phase, status.restarts), (Phase::Running, 0));
+}
