@@ -13,6 +13,8 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
+use crate::nodes::KUBELET_DOWN_MESSAGE;
+
 /// Where kubelets keep their node Leases.
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 /// A kubelet's Lease duration (`--node-lease-duration-seconds`, default 40).
@@ -22,15 +24,20 @@ pub const RENEW_INTERVAL: Duration = Duration::from_secs(10);
 /// Field manager of the heartbeats.
 const MANAGER: &str = "fake-kubelet";
 
-/// True while the node's kubelet is up: its Ready condition is not `Unknown`.
+/// True unless the simulator took the node's kubelet down (Ready `Unknown` with
+/// [`KUBELET_DOWN_MESSAGE`]). A node a real controller marked `Unknown` (a heartbeat came
+/// late) still has a live kubelet, which keeps renewing.
 pub fn kubelet_alive(node: &Node) -> bool {
     !node
         .status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c.type_ == "Ready" && c.status == "Unknown")
+            cs.iter().any(|c| {
+                c.type_ == "Ready"
+                    && c.status == "Unknown"
+                    && c.message.as_deref() == Some(KUBELET_DOWN_MESSAGE)
+            })
         })
 }
 
@@ -86,18 +93,21 @@ mod tests {
     fn a_node_whose_kubelet_is_down_gets_no_heartbeat() {
         let mut nodes = pool_nodes("pool-0");
         assert!(kubelet_alive(&nodes[0]));
-        // NotReady (False) is a live kubelet reporting trouble; Unknown is a silent one.
+        // NotReady (False) is a live kubelet reporting trouble.
         set_not_ready(&mut nodes[0]);
         assert!(kubelet_alive(&nodes[0]));
-        nodes[0]
-            .status
-            .as_mut()
-            .unwrap()
-            .conditions
-            .as_mut()
-            .unwrap()[0]
-            .status = "Unknown".into();
-        assert!(!kubelet_alive(&nodes[0]));
+        let set = |n: &mut Node, message: &str| {
+            let ready = &mut n.status.as_mut().unwrap().conditions.as_mut().unwrap()[0];
+            ready.status = "Unknown".into();
+            ready.message = Some(message.into());
+        };
+        set(&mut nodes[0], "Kubelet stopped posting node status.");
+        assert!(
+            kubelet_alive(&nodes[0]),
+            "a real controller's verdict: keep renewing"
+        );
+        set(&mut nodes[0], KUBELET_DOWN_MESSAGE);
+        assert!(!kubelet_alive(&nodes[0]), "the simulator took it down");
         let lease = node_lease(&nodes[1], "2026-01-01T00:00:00.000000Z");
         assert_eq!(lease["spec"]["holderIdentity"], "pool-0-1");
         assert_eq!(lease["metadata"]["name"], "pool-0-1");

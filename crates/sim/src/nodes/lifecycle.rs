@@ -116,6 +116,11 @@ pub fn reconcile_lifecycle_taints(
     }
 }
 
+/// The Ready message of a node the simulator took down: the node lifecycle controller's own
+/// words, marked so the fake kubelet can tell it from a real controller's verdict (it stops
+/// heartbeating only for a node the simulator took down).
+pub const KUBELET_DOWN_MESSAGE: &str = "Kubelet stopped posting node status. (simulated)";
+
 /// The Ready condition for `readiness`, following `previous`: `lastTransitionTime` moves
 /// only when the status changes; `Unknown` keeps the last heartbeat (nobody posted since).
 pub fn readiness_condition(
@@ -134,11 +139,7 @@ pub fn readiness_condition(
             "KubeletNotReady",
             "container runtime is down (simulated)",
         ),
-        NodeReadiness::Unreachable => (
-            "Unknown",
-            "NodeStatusUnknown",
-            "Kubelet stopped posting node status.",
-        ),
+        NodeReadiness::Unreachable => ("Unknown", "NodeStatusUnknown", KUBELET_DOWN_MESSAGE),
     };
     let same = previous.is_some_and(|c| c.status == status);
     let transition = match previous.and_then(|c| c.last_transition_time.as_ref()) {
@@ -280,7 +281,7 @@ mod tests {
         let c = readiness_condition(NodeReadiness::Unreachable, Some(before));
         assert_eq!(c["status"], "Unknown");
         assert_eq!(c["reason"], "NodeStatusUnknown");
-        assert_eq!(c["message"], "Kubelet stopped posting node status.");
+        assert_eq!(c["message"], KUBELET_DOWN_MESSAGE);
         assert_eq!(
             c["lastHeartbeatTime"],
             serde_json::to_value(&before.last_heartbeat_time).unwrap()

@@ -17,8 +17,9 @@ mod pool_spec;
 mod preemption;
 
 pub use lifecycle::{
-    NodeLifecycleTiming, NodeReadiness, follow_readiness, lifecycle_taint_key, node_readiness,
-    readiness_condition, reconcile_lifecycle_taints, set_node_readiness,
+    KUBELET_DOWN_MESSAGE, NodeLifecycleTiming, NodeReadiness, follow_readiness,
+    lifecycle_taint_key, node_readiness, readiness_condition, reconcile_lifecycle_taints,
+    set_node_readiness,
 };
 pub use node_edits::{add_taint, cordon_node, delete_node, set_node_ready, set_taints};
 pub use node_object::{build_node, node_ip, node_labels, node_status, taint};

@@ -10,21 +10,28 @@
 //! folder once the test process is gone, whichever way it ended.
 #![allow(dead_code)]
 
+#[path = "plane_install.rs"]
+mod plane_install;
+#[path = "plane_processes.rs"]
+mod plane_processes;
+
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hasher};
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener};
-use std::os::unix::process::CommandExt;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::GroupVersionKind;
-use kube::{Client, discovery};
-use serde::Deserialize;
+use kube::Client;
+use kube::api::Api;
+
+use plane_install::{chart_manifests, deployment_of, install_chart_objects, service_account_token};
+use plane_processes::{
+    Spawner, config_from, free_port, kubeconfig, poll, random_token, version_of,
+};
+pub use plane_processes::{scrape, sum};
 
 /// The envtest convention: a folder with the control plane's binaries.
 pub const ASSETS_VAR: &str = "KUBEBUILDER_ASSETS";
@@ -33,38 +40,47 @@ const BINARIES: [&str; 3] = [
     "kube-scheduler",
     "kube-controller-manager",
 ];
-/// Field manager of what the harness installs.
-const MANAGER: &str = "slice-e2e";
 const START_TIMEOUT: Duration = Duration::from_secs(90);
 
-/// The folder named by [`ASSETS_VAR`], in the e2e suite only (the other system tests use
-/// the emulator's internals). A folder that lacks a binary is an error, not a skip.
+/// The folder named by [`ASSETS_VAR`] when it holds every binary, in the e2e suite only
+/// (the other system tests use the emulator's internals).
 pub fn assets() -> Option<PathBuf> {
     if env!("CARGO_CRATE_NAME") != "e2e" {
         return None;
     }
-    let dir = PathBuf::from(std::env::var_os(ASSETS_VAR).filter(|v| !v.is_empty())?);
-    for bin in BINARIES {
-        assert!(
-            dir.join(bin).is_file(),
-            "{ASSETS_VAR}={} has no {bin}: build kube-apiserver, kube-scheduler and \
-             kube-controller-manager into it (docs/reliability.md)",
-            dir.display()
-        );
-    }
-    Some(dir)
+    assets_or_why().as_ref().ok().cloned()
 }
 
-/// Says once per process, past the test harness's output capture, that the scenarios run on
-/// the emulator and the real-server run was skipped.
+/// The folder, or why the real-server run is skipped (decided once per process).
+fn assets_or_why() -> &'static Result<PathBuf, String> {
+    static ASSETS: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    ASSETS.get_or_init(|| {
+        let Some(dir) = std::env::var_os(ASSETS_VAR).filter(|v| !v.is_empty()) else {
+            return Err(format!("{ASSETS_VAR} not set"));
+        };
+        let dir = PathBuf::from(dir);
+        match BINARIES.iter().find(|bin| !dir.join(bin).is_file()) {
+            Some(bin) => Err(format!("{ASSETS_VAR}={} has no {bin}", dir.display())),
+            None => Ok(dir),
+        }
+    })
+}
+
+/// Says once per e2e process, past the test harness's output capture, that the scenarios
+/// run on the emulator and why the real-server run was skipped.
 pub fn say_skipped_once() {
     static SAID: std::sync::Once = std::sync::Once::new();
+    if env!("CARGO_CRATE_NAME") != "e2e" {
+        return;
+    }
+    let Err(why) = assets_or_why() else { return };
     SAID.call_once(|| {
         let _ = writeln!(
             std::io::stderr(),
-            "e2e: real control plane run skipped ({ASSETS_VAR} not set): the scenarios run on \
-             the API emulator. Set {ASSETS_VAR} to a folder with kube-apiserver, kube-scheduler \
-             and kube-controller-manager (etcd on the PATH) to run them against a real one."
+            "e2e: real control plane run skipped ({why}): the scenarios run on the API \
+             emulator. Set {ASSETS_VAR} to a folder with kube-apiserver, kube-scheduler and \
+             kube-controller-manager (etcd there or on the PATH) to run them against a real one \
+             (docs/reliability.md)."
         );
     });
 }
@@ -118,245 +134,6 @@ pub fn shared(assets: &Path) -> &'static ControlPlane {
         Ok(plane) => plane,
         Err(e) => panic!("the real control plane did not start: {e}"),
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
-
-fn random_token() -> String {
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    let a = h.finish();
-    h.write_u64(a);
-    format!("{a:016x}{:016x}", h.finish())
-}
-
-fn kubeconfig(server: &str, token: &str, namespace: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Config\n\
-         clusters: [{{name: e2e, cluster: {{server: \"{server}\", insecure-skip-tls-verify: true}}}}]\n\
-         users: [{{name: e2e, user: {{token: \"{token}\"}}}}]\n\
-         contexts: [{{name: e2e, context: {{cluster: e2e, user: e2e, namespace: {namespace}}}}}]\n\
-         current-context: e2e\n"
-    )
-}
-
-async fn config_from(path: &Path) -> Result<kube::Config, String> {
-    let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| e.to_string())?;
-    kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .map_err(|e| e.to_string())
-}
-
-fn version_of(bin: &Path) -> String {
-    Command::new(bin)
-        .arg("--version")
-        .output()
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .next()
-                .unwrap_or_default()
-                .to_string()
-        })
-        .unwrap_or_else(|e| format!("{}: {e}", bin.display()))
-}
-
-/// Waits until `check` holds, polling; `Err` names what did not happen in time.
-async fn poll<F, Fut>(what: &str, mut check: F) -> Result<(), String>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + START_TIMEOUT;
-    while !check().await {
-        if tokio::time::Instant::now() >= deadline {
-            return Err(format!(
-                "timed out after {START_TIMEOUT:?} waiting for {what}"
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    Ok(())
-}
-
-struct Spawner {
-    dir: PathBuf,
-    group: Option<i32>,
-}
-
-impl Spawner {
-    /// Starts `bin` in the control plane's process group, its output in `<name>.log`.
-    fn spawn(&mut self, name: &str, bin: &Path, args: &[String]) -> Result<Child, String> {
-        self.spawn_with(name, bin, args, &[])
-    }
-
-    fn spawn_with(
-        &mut self,
-        name: &str,
-        bin: &Path,
-        args: &[String],
-        env: &[(&str, String)],
-    ) -> Result<Child, String> {
-        let log = std::fs::File::create(self.dir.join(format!("{name}.log")))
-            .map_err(|e| format!("{name}.log: {e}"))?;
-        let err = log.try_clone().map_err(|e| e.to_string())?;
-        let child = Command::new(bin)
-            .args(args)
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(err)
-            .process_group(self.group.unwrap_or(0))
-            .spawn()
-            .map_err(|e| format!("start {}: {e}", bin.display()))?;
-        self.group.get_or_insert(child.id() as i32);
-        Ok(child)
-    }
-
-    /// Ends the whole group and removes the folder once `watched` (this process) is gone.
-    fn watchdog(&self, watched: u32) -> Result<(), String> {
-        let group = self.group.ok_or("nothing started")?;
-        let script = format!(
-            "while kill -0 {watched} 2>/dev/null; do sleep 1; done; kill -TERM -{group} 2>/dev/null; \
-             sleep 5; kill -KILL -{group} 2>/dev/null; rm -rf '{}'",
-            self.dir.display()
-        );
-        Command::new("bash")
-            .args(["-c", &script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .map(|_| ())
-            .map_err(|e| format!("watchdog: {e}"))
-    }
-}
-
-/// The chart's Deployment: its container's args and replicas.
-struct Deployment {
-    args: Vec<String>,
-    replicas: usize,
-    namespace: String,
-    service_account: String,
-}
-
-fn chart_manifests() -> Result<Vec<serde_yaml::Value>, String> {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../deploy/slice-operator.yaml"
-    );
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|doc| serde_yaml::Value::deserialize(doc).map_err(|e| e.to_string()))
-        .filter(|doc| !matches!(doc, Ok(serde_yaml::Value::Null)))
-        .collect()
-}
-
-fn deployment_of(docs: &[serde_yaml::Value]) -> Result<Deployment, String> {
-    let d = docs
-        .iter()
-        .find(|d| d["kind"] == "Deployment")
-        .ok_or("no Deployment in deploy/slice-operator.yaml")?;
-    let spec = &d["spec"]["template"]["spec"];
-    let args = serde_yaml::from_value(spec["containers"][0]["args"].clone())
-        .map_err(|e| format!("the Deployment's args: {e}"))?;
-    Ok(Deployment {
-        args,
-        replicas: d["spec"]["replicas"].as_u64().unwrap_or(1) as usize,
-        namespace: d["metadata"]["namespace"]
-            .as_str()
-            .unwrap_or("default")
-            .into(),
-        service_account: spec["serviceAccountName"]
-            .as_str()
-            .unwrap_or("default")
-            .into(),
-    })
-}
-
-/// Server-side applies every object of the chart but the Deployment; the CRD is Established
-/// before the call returns.
-async fn install_chart_objects(client: &Client, docs: &[serde_yaml::Value]) -> Result<(), String> {
-    let params = PatchParams::apply(MANAGER).force();
-    for doc in docs.iter().filter(|d| d["kind"] != "Deployment") {
-        let object: DynamicObject =
-            serde_yaml::from_value(doc.clone()).map_err(|e| format!("a chart object: {e}"))?;
-        let types = object
-            .types
-            .clone()
-            .ok_or("a chart object without a kind")?;
-        let gvk = GroupVersionKind::try_from(&types).map_err(|e| e.to_string())?;
-        let (resource, caps) = discovery::pinned_kind(client, &gvk)
-            .await
-            .map_err(|e| format!("discover {gvk:?}: {e}"))?;
-        let name = object.metadata.name.clone().unwrap_or_default();
-        let api: Api<DynamicObject> = match (&caps.scope, &object.metadata.namespace) {
-            (discovery::Scope::Namespaced, Some(ns)) => {
-                Api::namespaced_with(client.clone(), ns, &resource)
-            }
-            _ => Api::all_with(client.clone(), &resource),
-        };
-        api.patch(&name, &params, &Patch::Apply(&object))
-            .await
-            .map_err(|e| format!("apply {} {name}: {e}", types.kind))?;
-        if types.kind == "CustomResourceDefinition" {
-            let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
-                Api::all(client.clone());
-            poll("the CRD to be Established", || async {
-                crds.get(&name)
-                    .await
-                    .ok()
-                    .and_then(|c| c.status)
-                    .is_some_and(|s| {
-                        s.conditions
-                            .unwrap_or_default()
-                            .iter()
-                            .any(|c| c.type_ == "Established" && c.status == "True")
-                    })
-            })
-            .await?;
-        }
-    }
-    Ok(())
-}
-
-/// A token of the operator's ServiceAccount (TokenRequest), as its pod would mount.
-async fn service_account_token(client: &Client, d: &Deployment) -> Result<String, String> {
-    let api: Api<k8s_openapi::api::core::v1::ServiceAccount> =
-        Api::namespaced(client.clone(), &d.namespace);
-    let request: k8s_openapi::api::authentication::v1::TokenRequest =
-        serde_json::from_value(serde_json::json!({
-            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-            "spec": {"audiences": [], "expirationSeconds": 86400}
-        }))
-        .map_err(|e| e.to_string())?;
-    let mut last = String::new();
-    for _ in 0..40 {
-        match api
-            .create_subresource::<_, k8s_openapi::api::authentication::v1::TokenRequest>(
-                "token",
-                &d.service_account,
-                &PostParams::default(),
-                &request,
-            )
-            .await
-        {
-            Ok(t) => return Ok(t.status.map(|s| s.token).unwrap_or_default()),
-            Err(e) => last = e.to_string(),
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    Err(format!("a token for {}: {last}", d.service_account))
 }
 
 impl ControlPlane {
@@ -625,44 +402,15 @@ impl ControlPlane {
         };
         let mut op = ops.remove(i);
         let signal = if kill { "-KILL" } else { "-TERM" };
-        let _ = Command::new("kill")
-            .args([signal, &op.child.id().to_string()])
-            .status();
+        let pid = op.child.id().to_string();
+        let _ = Command::new("kill").args([signal, &pid]).status();
+        // As the kubelet does after terminationGracePeriodSeconds (the chart's 30 s).
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while matches!(op.child.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = op.child.kill();
         let _ = op.child.wait();
         true
     }
-}
-
-/// The body of `GET /metrics` from an operator process (HTTP/1.0: no chunking).
-pub async fn scrape(addr: SocketAddr) -> Option<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream =
-        tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(addr))
-            .await
-            .ok()?
-            .ok()?;
-    stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .await
-        .ok()?;
-    let mut body = Vec::new();
-    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut body))
-        .await
-        .ok()?
-        .ok()?;
-    let text = String::from_utf8_lossy(&body).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    head.contains(" 200 ").then(|| body.to_string())
-}
-
-/// The sum of every sample of `name` (all its label sets) in a Prometheus text exposition.
-pub fn sum(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }

@@ -12,8 +12,12 @@
 //! fails or panics before reaching `stop` (on a thread of its own, bounded by a timeout).
 #![allow(dead_code)]
 
+#[path = "cleanup.rs"]
+mod cleanup;
 #[path = "control_plane.rs"]
 pub mod control_plane;
+#[path = "operator_metrics.rs"]
+mod operator_metrics;
 
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
@@ -22,10 +26,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::Deserialize;
 use std::time::Duration;
 
+use cleanup::{CLEANUP_TIMEOUT, Cleanup};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+#[allow(unused_imports)] // each test binary uses its own part of the harness
+pub use operator_metrics::{metric_value, operator_metric};
 use slice_controller::{self as operator, OperatorConfig, OperatorHandle};
 use slice_core::api::{Membership, Phase, TrainCluster};
 use slice_core::constants::*;
@@ -36,9 +43,6 @@ use slice_sim::{
 
 /// Label on every node an [`Env`] creates; the value is the run id ([`Env::run`]).
 pub const RUN_LABEL: &str = "e2e.slices.dev/run";
-
-/// Upper bound of one cleanup (API calls against a possibly slow or broken cluster).
-const CLEANUP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// `<scenario>-<8 hex digits>`, unique per scenario, process and call: a label value, a
 /// namespace suffix and a node-name prefix.
@@ -194,129 +198,10 @@ impl SharedCluster {
     }
 }
 
-/// Everything one Env created on a cluster it does not own.
-#[derive(Clone)]
-struct Cleanup {
-    config: kube::Config,
-    namespace: String,
-    /// False for a namespace the Env did not create (e.g. `default`).
-    delete_namespace: bool,
-    /// Other namespaces the scenario created (their pods and themselves are deleted).
-    extra_namespaces: Vec<String>,
-    run: String,
-}
-
-impl Cleanup {
-    /// Deletes this run's TrainClusters, pods and namespace, then its nodes (selected by
-    /// [`RUN_LABEL`], so no node of another run or of the cluster itself is touched). Every
-    /// step is tried; the first error is returned.
-    async fn run(&self, client: &Client) -> Result<(), String> {
-        let mut errors = Vec::new();
-        let gone = |r: Result<(), kube::Error>, what: &str, errors: &mut Vec<String>| match r {
-            Ok(()) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => errors.push(format!("{what}: {e}")),
-        };
-        // Dynamic: a malformed object the typed API cannot read is deleted all the same.
-        let tcs: Api<kube::core::DynamicObject> = Api::namespaced_with(
-            client.clone(),
-            &self.namespace,
-            &kube::core::ApiResource::erase::<TrainCluster>(&()),
-        );
-        let r = tcs
-            .delete_collection(&DeleteParams::default(), &ListParams::default())
-            .await
-            .map(|_| ());
-        gone(r, "delete TrainClusters", &mut errors);
-        let pods: Api<Pod> = Api::namespaced(client.clone(), &self.namespace);
-        let r = pods
-            .delete_collection(
-                &DeleteParams::default().grace_period(0),
-                &ListParams::default(),
-            )
-            .await
-            .map(|_| ());
-        gone(r, "delete pods", &mut errors);
-        let namespaces: Api<Namespace> = Api::all(client.clone());
-        for extra in &self.extra_namespaces {
-            let pods: Api<Pod> = Api::namespaced(client.clone(), extra);
-            let r = pods
-                .delete_collection(
-                    &DeleteParams::default().grace_period(0),
-                    &ListParams::default(),
-                )
-                .await
-                .map(|_| ());
-            gone(r, "delete pods of another namespace", &mut errors);
-            let r = namespaces
-                .delete(extra, &DeleteParams::default())
-                .await
-                .map(|_| ());
-            gone(r, "delete another namespace", &mut errors);
-        }
-        if self.delete_namespace {
-            let namespaces: Api<Namespace> = Api::all(client.clone());
-            let r = namespaces
-                .delete(&self.namespace, &DeleteParams::default())
-                .await
-                .map(|_| ());
-            gone(r, "delete namespace", &mut errors);
-        }
-        let nodes: Api<Node> = Api::all(client.clone());
-        let selector = run_selector(&self.run);
-        let r = nodes
-            .delete_collection(
-                &DeleteParams::default(),
-                &ListParams::default().labels(&selector),
-            )
-            .await
-            .map(|_| ());
-        gone(r, "delete nodes", &mut errors);
-        match errors.into_iter().next() {
-            None => Ok(()),
-            Some(e) => Err(e),
-        }
-    }
-
-    /// The same, from synchronous code that may sit inside a tokio runtime (a `Drop` during
-    /// a panic): on a thread with its own runtime and client, bounded by [`CLEANUP_TIMEOUT`].
-    /// On a multi-threaded runtime the calling worker is handed over first
-    /// (`block_in_place`), so an in-process API server on this runtime keeps serving.
-    fn run_blocking(self) -> Result<(), String> {
-        let work = move || {
-            std::thread::Builder::new()
-                .name(format!("cleanup-{}", self.run))
-                .spawn(move || {
-                    let runtime = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .map_err(|e| e.to_string())?;
-                    runtime.block_on(async {
-                        let client = Client::try_from(self.config.clone())
-                            .map_err(|e| format!("client: {e}"))?;
-                        tokio::time::timeout(CLEANUP_TIMEOUT, self.run(&client))
-                            .await
-                            .map_err(|_| format!("timed out after {CLEANUP_TIMEOUT:?}"))?
-                    })
-                })
-                .map_err(|e| format!("spawn: {e}"))?
-                .join()
-                .map_err(|_| "the cleanup thread panicked".to_string())?
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-                tokio::task::block_in_place(work)
-            }
-            _ => work(),
-        }
-    }
-}
-
 /// Label selector of the nodes of one run.
 fn run_selector(run: &str) -> String {
     format!("{},{RUN_LABEL}={run}", sim::nodes::SIM_NODE_SELECTOR)
 }
-
 impl Drop for Env {
     /// A scenario that failed or panicked before [`Env::stop`] still removes what it created.
     fn drop(&mut self) {
@@ -374,6 +259,21 @@ async fn external_config() -> kube::Config {
             .await
             .expect("E2E_EXTERNAL=1 needs a reachable cluster in KUBECONFIG"),
     }
+}
+
+/// How long a deleted pod's containers take to stop: `E2E_TERMINATION_DELAY` seconds, else
+/// 2 s on a real cluster (a TPU workload takes seconds to exit, and the operator must cope
+/// with pods Terminating that long) and 100 ms on the emulator.
+fn termination_delay() -> Duration {
+    std::env::var("E2E_TERMINATION_DELAY")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .unwrap_or(if external() {
+            Duration::from_secs(2)
+        } else {
+            Duration::from_millis(100)
+        })
 }
 
 /// One scenario at a time on a real cluster: one scheduler and one operator serve them all.
@@ -502,6 +402,7 @@ impl Env {
                 pod_selector: Some(LABEL_CLUSTER.to_string()),
                 node_selector: Some(run_selector(&self.run)),
                 start_delay: Duration::from_millis(100),
+                termination_delay: termination_delay(),
                 // Where a kube-scheduler runs it binds, and the fake kubelet only admits.
                 scheduler: SchedulerMode::Auto,
                 ..Default::default()
@@ -850,6 +751,7 @@ impl Env {
                 pod_selector: Some(LABEL_CLUSTER.to_string()),
                 node_selector: Some(run_selector(&self.run)),
                 start_delay: Duration::from_millis(100),
+                termination_delay: termination_delay(),
                 // Where a kube-scheduler runs it binds, and the fake kubelet only admits.
                 scheduler: SchedulerMode::Auto,
                 ..Default::default()
@@ -889,79 +791,4 @@ pub fn env_var(pod: &Pod, key: &str) -> Option<String> {
 
 pub fn uid(pod: &Pod) -> String {
     pod.metadata.uid.clone().unwrap_or_default()
-}
-
-/// A metric of the operator serving this Env, summed over its samples (label sets) and its
-/// replicas: from the in-process operators, the operator processes of the suite's own
-/// control plane, or (`E2E_EXTERNAL=1`) the installed operator's pods through the API
-/// server's pod proxy. 0 when none can be read.
-pub async fn metric_value(env: &Env, name: &str) -> u64 {
-    if !env.operators.is_empty() {
-        return (0..env.operators.len())
-            .map(|i| operator_metric(env, i, name))
-            .sum();
-    }
-    let mut total = 0.0;
-    if let Some(plane) = own_control_plane() {
-        for addr in plane.metrics_endpoints() {
-            let text = control_plane::scrape(addr).await.unwrap_or_default();
-            total += control_plane::sum(&text, name);
-        }
-    } else if env.emulator.is_none() {
-        for text in installed_operator_metrics(&env.client).await {
-            total += control_plane::sum(&text, name);
-        }
-    }
-    total as u64
-}
-
-/// The operator's metrics endpoints outside the cluster: `E2E_OPERATOR_METRICS`
-/// (`host:port`, comma-separated), else the chart's `--metrics-addr` port on loopback (an
-/// operator started beside the suite with the chart's args).
-fn operator_metrics_addrs() -> Vec<std::net::SocketAddr> {
-    let list = std::env::var("E2E_OPERATOR_METRICS").unwrap_or_else(|_| {
-        let port = shipped_config().metrics_addr.port();
-        format!("127.0.0.1:{port}")
-    });
-    list.split(',')
-        .filter_map(|a| a.trim().parse().ok())
-        .collect()
-}
-
-/// The /metrics of every pod of the installed operator (namespace and labels of the chart's
-/// Deployment; `E2E_OPERATOR_NAMESPACE` overrides the namespace).
-async fn installed_operator_metrics(client: &Client) -> Vec<String> {
-    let namespace =
-        std::env::var("E2E_OPERATOR_NAMESPACE").unwrap_or_else(|_| "slice-operator".into());
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
-    let selector = "app.kubernetes.io/name=slice-operator";
-    let pods = pods
-        .list(&ListParams::default().labels(selector))
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default();
-    let mut out = Vec::new();
-    if pods.is_empty() {
-        for addr in operator_metrics_addrs() {
-            out.extend(control_plane::scrape(addr).await);
-        }
-        return out;
-    }
-    for pod in pods {
-        let name = pod.metadata.name.unwrap_or_default();
-        let path = format!("/api/v1/namespaces/{namespace}/pods/{name}:8080/proxy/metrics");
-        let request = http::Request::get(path).body(Vec::new()).unwrap();
-        if let Ok(text) = client.request_text(request).await {
-            out.push(text);
-        }
-    }
-    out
-}
-
-/// A metric of in-process operator `i` (0 when there is none).
-pub fn operator_metric(env: &Env, i: usize, name: &str) -> u64 {
-    let Some(op) = env.operators.get(i) else {
-        return 0;
-    };
-    control_plane::sum(&op.context.metrics.render(), name) as u64
 }

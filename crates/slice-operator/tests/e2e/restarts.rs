@@ -90,7 +90,10 @@ async fn restart_and_fail_over_processes(plane: &harness::control_plane::Control
         let old = env
             .wait_for("a leader", Duration::from_secs(30), holder)
             .await;
-        assert!(plane.stop_operator(&old, kill), "{old} is one of ours");
+        // Waits for the process to end: off the runtime's workers, which the fake kubelet
+        // needs meanwhile.
+        let stopped = tokio::task::block_in_place(|| plane.stop_operator(&old, kill));
+        assert!(stopped, "{old} is one of ours");
         plane.add_operator().expect("a new replica");
         let new = env
             .wait_for("another leader", Duration::from_secs(60), || async {

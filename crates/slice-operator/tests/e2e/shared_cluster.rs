@@ -250,18 +250,19 @@ async fn colliding_pod_names_are_reported_before_any_create_and_the_first_cluste
     );
     assert!(valid.message.contains("a-b-c-<replica>-<host>"));
     // Another reconcile of `a` (an edit that is no spec change) repeats nothing.
-    let reconciles = super::restarts::completed_reconciles(&env, 0);
+    // Completed reconciles, from the operator's /metrics wherever it runs.
+    let completed =
+        || harness::metric_value(&env, "slice_operator_reconcile_duration_seconds_count");
+    let reconciles = completed().await;
     let patch = json!({"metadata": {"annotations": {"e2e.slices.dev/poke": "1"}}});
     env.tcs()
         .patch("a", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
-    if !harness::external() {
-        env.wait_for("another reconcile", Duration::from_secs(30), || async {
-            (super::restarts::completed_reconciles(&env, 0) > reconciles).then_some(())
-        })
-        .await;
-    }
+    env.wait_for("another reconcile", Duration::from_secs(30), || async {
+        (completed().await > reconciles).then_some(())
+    })
+    .await;
     let conflicts = env.events_for("a").await;
     let conflicts: Vec<_> = conflicts
         .iter()
