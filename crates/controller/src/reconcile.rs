@@ -207,7 +207,8 @@ async fn reconcile_inner(tc: &TrainCluster, ctx: &Arc<Context>, namespace: &str)
             m.outstanding.withdraw_created(names)
         });
     }
-    applied?;
+    // A refused create is tried again when its backoff ends, whatever else happens.
+    let retry = applied?;
 
     ctx.metrics.observe_status(namespace, &name, &plan.status);
     if plan.status.phase == Phase::Running
@@ -221,9 +222,8 @@ async fn reconcile_inner(tc: &TrainCluster, ctx: &Arc<Context>, namespace: &str)
         true => resync,
         false => resync.min(CONFLICT_RECHECK),
     };
-    Ok(Action::requeue(
-        plan.requeue_after.map_or(resync, |d| d.min(resync)),
-    ))
+    let next = [plan.requeue_after, retry].into_iter().flatten().min();
+    Ok(Action::requeue(next.map_or(resync, |d| d.min(resync))))
 }
 
 /// What a reconcile does next: wait (the caches are not ready to plan from), or apply a plan.
@@ -445,7 +445,8 @@ async fn planner_memory(
 
 /// Apply a plan: the Service, the status, deletes, then creates; then the events of what
 /// went through. A create the API server rejects becomes a condition (see
-/// `planner::creates`), not an error: retrying at once cannot help.
+/// `planner::creates`), not an error: retrying at once cannot help. Returns how long until
+/// such a create is tried again.
 async fn apply_plan(
     ctx: &Context,
     tc: &TrainCluster,
@@ -453,7 +454,7 @@ async fn apply_plan(
     (plan, service): (&planner::Plan, Option<&Service>),
     relists: u64,
     progress: &mut Progress,
-) -> Result<()> {
+) -> Result<Option<Duration>> {
     let (namespace, name, uid) = (tc.namespace().unwrap_or_default(), tc.name_any(), uid(tc));
     let service_api: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
     apply::ensure_service(&service_api, service, &plan.service).await?;
@@ -483,16 +484,13 @@ async fn apply_plan(
                 true => planner::creates::record_spare_rejection,
                 false => planner::creates::record_rejection,
             };
-            let (status, event) = record(
-                &plan.status,
-                &what,
-                message,
-                tc.metadata.generation,
-                jiff::Timestamp::now(),
-            );
+            let now = jiff::Timestamp::now();
+            let (status, event) = record(&plan.status, &what, message, tc.metadata.generation, now);
             write_memory(ctx, &api, &name, &uid, &status).await?;
             events::publish(ctx, tc, &event.into_iter().collect::<Vec<_>>()).await;
-            Ok(())
+            let retry = planner::creates::retry_at(&status, now)
+                .and_then(|t| Duration::try_from(t.duration_since(now)).ok());
+            Ok(retry)
         }
         Err(e) => Err(e),
         Ok(()) if !progress.created.is_empty() || progress.head => {
@@ -507,9 +505,9 @@ async fn apply_plan(
             if let Some(status) = clear(&plan.status, created) {
                 write_memory(ctx, &api, &name, &uid, &status).await?;
             }
-            Ok(())
+            Ok(None)
         }
-        Ok(()) => Ok(()),
+        Ok(()) => Ok(None),
     }
 }
 

@@ -500,3 +500,52 @@ async fn a_waiting_cluster_starts_when_another_cluster_frees_its_slice() {
     .await;
     env.stop().await;
 }
+
+/// A create the API server refuses is tried again when its backoff ends, with nothing else
+/// happening to trigger a reconcile (a settled cluster whose placeholder create is refused:
+/// the status write triggers nothing, no pod changes). It used to wait for the resync.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_create_is_tried_again_when_its_backoff_ends() {
+    let env = env("refused-retry", 2, EnvOptions::default()).await;
+    env.create(&env.train_cluster("big", Membership::Multislice, 1, 1))
+        .await;
+    let (_, pods) = env.wait_running("big", 1, 4).await;
+    // Settled: then the PriorityClass goes and a spare is asked for. Its placeholders are
+    // refused, and nothing else happens after that to trigger a reconcile.
+    let classes: kube::Api<k8s_openapi::api::scheduling::v1::PriorityClass> =
+        kube::Api::all(env.client.clone());
+    classes
+        .delete(SPARE_PRIORITY_CLASS, &Default::default())
+        .await
+        .expect("delete the PriorityClass");
+    let patch = json!({"spec": {"workerGroups": [{"slices": {"min": 1, "max": 1, "spares": 1}}]}});
+    let mut group =
+        serde_json::to_value(&env.tcs().get("big").await.unwrap().spec.worker_groups[0]).unwrap();
+    group["slices"] = patch["spec"]["workerGroups"][0]["slices"].clone();
+    env.tcs()
+        .patch(
+            "big",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"workerGroups": [group]}})),
+        )
+        .await
+        .unwrap();
+    env.wait_for("the first refusal", Duration::from_secs(15), || async {
+        let status = env.tcs().get("big").await.ok()?.status?;
+        (status.create_failures == 1).then_some(())
+    })
+    .await;
+    // The first refusal waits 10 s; the second try comes then, not at the resync (300 s).
+    env.wait_for("a second try", Duration::from_secs(25), || async {
+        let status = env.tcs().get("big").await.ok()?.status?;
+        (status.create_failures >= 2).then_some(())
+    })
+    .await;
+    let now: BTreeSet<String> = env.worker_pods("big").await.iter().map(uid).collect();
+    assert_eq!(
+        now,
+        pods.iter().map(uid).collect(),
+        "the job runs on, untouched"
+    );
+    env.stop().await;
+}

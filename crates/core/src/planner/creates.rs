@@ -50,6 +50,15 @@ pub fn record_spare_rejection(
     record(status, what, message, generation, now, true)
 }
 
+/// The earliest time a refused create (workers or spares) is tried again, if one waits.
+pub fn retry_at(status: &TrainClusterStatus, now: Timestamp) -> Option<Timestamp> {
+    [&status.create_retry_after, &status.spare_retry_after]
+        .into_iter()
+        .filter_map(|t| parse_time(t.as_deref()))
+        .filter(|t| *t > now)
+        .min()
+}
+
 /// Until when new spares wait after a rejected placeholder create, if they still do.
 pub(super) fn spare_hold(
     previous: &TrainClusterStatus,

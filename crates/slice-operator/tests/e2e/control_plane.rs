@@ -27,7 +27,10 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::Client;
 use kube::api::Api;
 
-use plane_install::{chart_manifests, deployment_of, install_chart_objects, service_account_token};
+use plane_install::{
+    chart_manifests, deployment_of, install_chart_objects, leader_election_rbac_in,
+    service_account_token,
+};
 use plane_processes::{
     Spawner, config_from, free_port, kubeconfig, poll, random_token, version_of,
 };
@@ -85,6 +88,36 @@ pub fn say_skipped_once() {
     });
 }
 
+/// The chart's operator replicas stopped for a scenario; started again when dropped.
+pub struct OperatorsPaused {
+    plane: &'static ControlPlane,
+    replicas: usize,
+}
+
+impl Drop for OperatorsPaused {
+    fn drop(&mut self) {
+        let ours: Vec<String> = {
+            let ops = self
+                .plane
+                .operators
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            ops.iter().map(|o| o.identity.clone()).collect()
+        };
+        for identity in ours {
+            self.plane.stop_operator(&identity, false);
+        }
+        for _ in 0..self.replicas {
+            if let Err(e) = self.plane.add_operator() {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "e2e: an operator replica did not start: {e}"
+                );
+            }
+        }
+    }
+}
+
 /// One operator process, started as a replica of the chart's Deployment.
 pub struct OperatorProcess {
     pub identity: String,
@@ -101,6 +134,8 @@ pub struct ControlPlane {
     operator_args: Vec<String>,
     operator_namespace: String,
     process_group: i32,
+    /// The chart Deployment's replicas.
+    replicas: usize,
     started: std::sync::atomic::AtomicUsize,
     pub operators: Mutex<Vec<OperatorProcess>>,
 }
@@ -277,6 +312,7 @@ impl ControlPlane {
             operator_args: deployment.args.clone(),
             operator_namespace: deployment.namespace.clone(),
             process_group: spawner.group.unwrap_or_default(),
+            replicas: deployment.replicas,
             started: Default::default(),
             operators: Mutex::new(Vec::new()),
         };
@@ -298,6 +334,15 @@ impl ControlPlane {
     /// Starts one more operator process as a new pod of the Deployment would: the chart's
     /// args (metrics on a loopback port of its own), the ServiceAccount's token, a new name.
     pub fn start_operator(&self) -> Result<OperatorProcess, String> {
+        self.start_operator_in(&self.operator_namespace.clone(), &[])
+    }
+
+    /// An operator process whose pod runs in `pod_namespace`, with `extra` args.
+    fn start_operator_in(
+        &self,
+        pod_namespace: &str,
+        extra: &[String],
+    ) -> Result<OperatorProcess, String> {
         let n = self
             .started
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -310,6 +355,7 @@ impl ControlPlane {
                 Some(_) => format!("--metrics-addr={metrics}"),
                 None => a.clone(),
             })
+            .chain(extra.iter().cloned())
             .collect();
         args.push(format!(
             "--kubeconfig={}",
@@ -326,7 +372,7 @@ impl ControlPlane {
             // What the Deployment's downward API hands its pods.
             &[
                 ("POD_NAME", identity.clone()),
-                ("POD_NAMESPACE", self.operator_namespace.clone()),
+                ("POD_NAMESPACE", pod_namespace.to_string()),
                 ("RUST_LOG", "info".to_string()),
             ],
         )?;
@@ -335,6 +381,39 @@ impl ControlPlane {
             metrics,
             child,
         })
+    }
+
+    /// Starts an operator as a namespaced install of the chart runs it: it watches
+    /// `namespace` only, and its pod (so its Lease) lives there, where the chart's
+    /// leader-election Role is granted to it. Returns its identity.
+    pub async fn add_namespaced_operator(&self, namespace: &str) -> Result<String, String> {
+        let client = Client::try_from(self.admin.clone()).map_err(|e| e.to_string())?;
+        let docs = chart_manifests()?;
+        let rbac = leader_election_rbac_in(&docs, &deployment_of(&docs)?, namespace);
+        install_chart_objects(&client, &rbac).await?;
+        let op = self.start_operator_in(namespace, &[format!("--namespace={namespace}")])?;
+        let identity = op.identity.clone();
+        self.operators
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(op);
+        Ok(identity)
+    }
+
+    /// Stops every operator replica now running (SIGTERM, as a `helm uninstall`); the
+    /// returned guard starts the chart's replicas again when dropped, whatever happened.
+    pub fn without_operators(&'static self) -> OperatorsPaused {
+        let identities: Vec<String> = {
+            let ops = self.operators.lock().unwrap_or_else(|e| e.into_inner());
+            ops.iter().map(|o| o.identity.clone()).collect()
+        };
+        for identity in &identities {
+            self.stop_operator(identity, false);
+        }
+        OperatorsPaused {
+            plane: self,
+            replicas: self.replicas,
+        }
     }
 
     async fn wait_for_leader(&self, client: &Client) -> Result<(), String> {

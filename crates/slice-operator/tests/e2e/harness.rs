@@ -146,6 +146,9 @@ pub struct Env {
     /// What to delete from a cluster this Env does not own; `None` once done (or when the
     /// Env owns its emulator, which goes away with it).
     cleanup: Option<Cleanup>,
+    /// The chart's operator replicas stopped for this scenario (`EnvOptions::operators` 0 on
+    /// the suite's own control plane), started again when it ends.
+    paused: Option<control_plane::OperatorsPaused>,
     /// This scenario's turn on a real cluster, held until it ends.
     turn: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
@@ -301,6 +304,10 @@ impl Env {
         if external() {
             let turn = one_at_a_time().await;
             let mut env = Env::start_shared(external_config().await, scenario, pools).await;
+            if options.operators == 0 {
+                env.paused = own_control_plane()
+                    .map(|plane| tokio::task::block_in_place(|| plane.without_operators()));
+            }
             env.turn = turn;
             return env;
         }
@@ -323,6 +330,7 @@ impl Env {
             kubelet: None,
             extra_kubelets: Vec::new(),
             prefix: String::new(),
+            paused: None,
             turn: None,
             cleanup: None,
         };
@@ -349,6 +357,7 @@ impl Env {
             options: EnvOptions::default(),
             kubelet: None,
             extra_kubelets: Vec::new(),
+            paused: None,
             turn: None,
             // Armed before anything is created, so a failure part-way is cleaned up too.
             cleanup: Some(Cleanup {
@@ -725,10 +734,17 @@ impl Env {
     }
 
     /// Starts an operator that manages only `namespace`, as a namespaced install of the
-    /// chart runs it (`--namespace`, its own lease in that namespace). Emulator only: `None`
-    /// against an external cluster.
+    /// chart runs it (`--namespace`, its own lease in that namespace): in process on the
+    /// emulator, a process on the suite's own control plane, `None` on any other cluster.
     pub async fn start_namespaced_operator(&mut self, namespace: &str) -> Option<()> {
-        let emulator = self.emulator.as_ref()?;
+        let Some(emulator) = self.emulator.as_ref() else {
+            let plane = own_control_plane()?;
+            plane
+                .add_namespaced_operator(namespace)
+                .await
+                .expect("a namespaced operator starts");
+            return Some(());
+        };
         let mut config = chart_config();
         config.namespace = Some(namespace.to_string());
         config.lease_namespace = Some(namespace.to_string());
@@ -771,6 +787,9 @@ impl Env {
                 .await
                 .unwrap_or_else(|_| Err(format!("timed out after {CLEANUP_TIMEOUT:?}")))
                 .unwrap_or_else(|e| panic!("cleanup of run {}: {e}", self.run));
+        }
+        if let Some(paused) = self.paused.take() {
+            tokio::task::block_in_place(|| drop(paused));
         }
         for op in self.operators.drain(..) {
             let _ = op.stop().await;

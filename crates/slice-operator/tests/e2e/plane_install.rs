@@ -133,3 +133,24 @@ pub async fn service_account_token(client: &Client, d: &Deployment) -> Result<St
     }
     Err(format!("a token for {}: {last}", d.service_account))
 }
+
+/// The chart's leader-election Role and its RoleBinding, moved to `namespace`: what a
+/// namespaced install of the chart there grants its operator (the binding still names the
+/// operator's ServiceAccount).
+pub fn leader_election_rbac_in(
+    docs: &[serde_yaml::Value],
+    d: &Deployment,
+    namespace: &str,
+) -> Vec<serde_yaml::Value> {
+    docs.iter()
+        .filter(|doc| {
+            (doc["kind"] == "Role" || doc["kind"] == "RoleBinding")
+                && doc["metadata"]["namespace"].as_str() == Some(d.namespace.as_str())
+        })
+        .cloned()
+        .map(|mut doc| {
+            doc["metadata"]["namespace"] = serde_yaml::Value::from(namespace);
+            doc
+        })
+        .collect()
+}

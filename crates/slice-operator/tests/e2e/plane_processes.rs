@@ -115,10 +115,14 @@ impl Spawner {
     /// Ends the whole group and removes the folder once `watched` (this process) is gone.
     pub fn watchdog(&self, watched: u32) -> Result<(), String> {
         let group = self.group.ok_or("nothing started")?;
+        // `E2E_KEEP_LOGS=1` keeps the folder (logs, etcd data) for a look afterwards.
+        let remove = match std::env::var("E2E_KEEP_LOGS").as_deref() {
+            Ok("1") => String::new(),
+            _ => format!("; rm -rf '{}'", self.dir.display()),
+        };
         let script = format!(
             "while kill -0 {watched} 2>/dev/null; do sleep 1; done; kill -TERM -{group} 2>/dev/null; \
-             sleep 5; kill -KILL -{group} 2>/dev/null; rm -rf '{}'",
-            self.dir.display()
+             sleep 5; kill -KILL -{group} 2>/dev/null{remove}"
         );
         Command::new("bash")
             .args(["-c", &script])

@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use futures::FutureExt;
+
 use slice_core::api::{Membership, TrainCluster};
 use slice_core::constants::*;
 
@@ -170,17 +172,43 @@ async fn without_a_spare_a_termination_notice_costs_two_restarts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_priority_class_the_job_runs_and_the_spare_is_reported_once() {
-    if super::harness::external() {
+    if super::harness::external() && super::harness::own_control_plane().is_none() {
         eprintln!("skipped against an external cluster: it would delete the chart's PriorityClass");
         return;
     }
     let env = env_with("spare-no-class", 2).await;
     let classes: kube::Api<k8s_openapi::api::scheduling::v1::PriorityClass> =
         kube::Api::all(env.client.clone());
+    let class = classes
+        .get(SPARE_PRIORITY_CLASS)
+        .await
+        .expect("the chart's PriorityClass");
     classes
         .delete(SPARE_PRIORITY_CLASS, &Default::default())
         .await
         .expect("delete the PriorityClass");
+    let outcome = std::panic::AssertUnwindSafe(runs_without_the_priority_class(&env))
+        .catch_unwind()
+        .await;
+    // Put the chart's class back for the scenarios after this one (a shared control plane).
+    let mut restored = class;
+    restored.metadata = kube::api::ObjectMeta {
+        name: restored.metadata.name,
+        labels: restored.metadata.labels,
+        annotations: restored.metadata.annotations,
+        ..Default::default()
+    };
+    classes
+        .create(&Default::default(), &restored)
+        .await
+        .expect("restore the PriorityClass");
+    env.stop().await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+async fn runs_without_the_priority_class(env: &Env) {
     let mut tc = env.train_cluster("big", Membership::Multislice, 1, 1);
     tc.spec.worker_groups[0].slices.spares = 1;
     env.create(&tc).await;
@@ -228,5 +256,4 @@ async fn without_the_priority_class_the_job_runs_and_the_spare_is_reported_once(
         tc.status.unwrap().groups[0].spares.as_ref().unwrap().held,
         0
     );
-    env.stop().await;
 }
