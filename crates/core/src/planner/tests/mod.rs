@@ -30,6 +30,15 @@ fn secs(n: i64) -> SignedDuration {
     SignedDuration::from_secs(n)
 }
 
+/// The slices the cluster's pods are placed on.
+fn slices_of(world: &World) -> BTreeSet<String> {
+    world
+        .pods
+        .iter()
+        .filter_map(|p| World::label_of(p, LABEL_SLICE))
+        .collect()
+}
+
 fn replicas_of(world: &World) -> BTreeSet<(u32, u32)> {
     world
         .pods

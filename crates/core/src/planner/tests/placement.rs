@@ -29,13 +29,6 @@ fn occupy_pool(world: &mut World, pool: &str) {
     }
 }
 
-fn slices_of(world: &World) -> BTreeSet<String> {
-    world
-        .pods
-        .iter()
-        .filter_map(|p| World::label_of(p, LABEL_SLICE))
-        .collect()
-}
 
 #[test]
 fn a_slice_busy_with_another_workloads_tpu_pods_is_never_chosen_and_is_named() {

@@ -3,14 +3,6 @@
 use super::*;
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated, ContainerStatus};
 
-fn slices_of(world: &World) -> BTreeSet<String> {
-    world
-        .pods
-        .iter()
-        .filter_map(|p| World::label_of(p, LABEL_SLICE))
-        .collect()
-}
-
 fn rejected_group(membership: Membership) -> World {
     let mut world = World::new(train_cluster(membership, 1, 1), v6e_pools(2));
     world.settle(5);
