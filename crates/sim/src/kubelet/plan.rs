@@ -455,7 +455,12 @@ impl KubeletCore {
             return None; // bound to a node some other kubelet owns
         }
         let Some(node) = node else {
-            return self.plan_orphan(pod, node_name, now);
+            // Where a real scheduler binds, a real controller-manager runs too: its PodGC
+            // collects the pods of a deleted node (after its quarantine), not this kubelet.
+            return self
+                .binds
+                .then(|| self.plan_orphan(pod, node_name, now))
+                .flatten();
         };
         let node_ready = node_is_ready(node);
         if is_terminating(pod) {

@@ -29,7 +29,6 @@ fn occupy_pool(world: &mut World, pool: &str) {
     }
 }
 
-
 #[test]
 fn a_slice_busy_with_another_workloads_tpu_pods_is_never_chosen_and_is_named() {
     let mut world = World::new(train_cluster(Membership::Independent, 1, 3), v6e_pools(3));

@@ -244,6 +244,23 @@ fn terminating_pod_on_a_gone_node_is_collected() {
     ));
 }
 
+/// Where a real scheduler binds, a real controller-manager's PodGC collects the pods of a
+/// deleted node (after its 40 s quarantine): the fake kubelet is no quicker than that.
+#[test]
+fn with_a_real_control_plane_the_pods_of_a_gone_node_are_left_to_its_pod_gc() {
+    let mut k = KubeletCore::new(&KubeletOptions {
+        scheduler: SchedulerMode::External,
+        ..Default::default()
+    });
+    let t0 = Instant::now();
+    let pod = Arc::new(running(bound(tpu_pod("g", 4), "pool-0-3")));
+    k.plan(std::slice::from_ref(&pod), &nodes(), t0);
+    let three = &nodes()[..3];
+    let later = t0 + k.orphan_grace * 10;
+    assert!(k.plan(std::slice::from_ref(&pod), three, t0).is_empty());
+    assert!(k.plan(&[pod], three, later).is_empty());
+}
+
 /// With a real scheduler (`External`) pending pods are never bound, and the kubelet
 /// still starts the pods bound to its nodes.
 #[test]
