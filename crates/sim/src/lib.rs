@@ -40,8 +40,9 @@
 //! stop after `KubeletOptions::termination_delay`, whatever the grace period), eviction by
 //! `NoExecute` taints (`tolerationSeconds`), node heartbeats where no real control plane runs
 //! (a fake node never goes `Unknown` by itself; where a kube-scheduler binds, each node's
-//! Lease is renewed every 10 s as a kubelet does), PodGC's 40 s quarantine (pods of a deleted node are deleted
-//! after `KubeletOptions::orphan_grace`), PodDisruptionBudgets, the `google.com/tpu` node
+//! Lease is renewed every 10 s as a kubelet does), PodGC's 40 s quarantine where no real control plane runs (pods of
+//! a deleted node are deleted after `KubeletOptions::orphan_grace`; where a kube-scheduler
+//! binds, the controller-manager's PodGC collects them), PodDisruptionBudgets, the `google.com/tpu` node
 //! taint GKE puts on TPU pools.
 
 pub mod faults;
