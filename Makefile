@@ -59,7 +59,7 @@ contract: setup build ## env contract against the real jax package's GKE TPU det
 simulate: ## the default scenario on an embedded, simulated cluster (no cluster needed)
 	$(CARGO) run --release -- simulate
 
-e2e: ## the e2e scenarios against the cluster in $$KUBECONFIG (operator installed by the chart)
+e2e: ## the e2e scenarios against $$KUBECONFIG (operator installed there), or a control plane the suite starts from $$KUBEBUILDER_ASSETS
 	E2E_EXTERNAL=1 $(CARGO) test -p slice-operator --test e2e -- --test-threads=1
 
 e2e-kind: ## create a kind cluster with fake TPU nodes, install the chart, run make e2e

@@ -132,9 +132,11 @@ fn service_matches(current: &Service, desired: &Service) -> bool {
                 .map(|p| p.iter().map(|p| p.port).collect::<Vec<_>>())
 }
 
-/// The fields of the status in the CRD's schema: every one a status write may have to clear.
-fn status_fields() -> &'static [String] {
-    static FIELDS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+/// The fields of the status in the CRD's schema, each with the fields of its own when it is
+/// an object (`head`): every one a status write may have to clear. Lists are replaced whole
+/// by a merge patch, so their items need nothing.
+fn status_fields() -> &'static [(String, Vec<String>)] {
+    static FIELDS: std::sync::OnceLock<Vec<(String, Vec<String>)>> = std::sync::OnceLock::new();
     FIELDS.get_or_init(|| {
         let crd = slice_core::api::crd();
         crd.spec
@@ -142,22 +144,36 @@ fn status_fields() -> &'static [String] {
             .iter()
             .filter_map(|v| v.schema.as_ref()?.open_api_v3_schema.as_ref())
             .filter_map(|s| s.properties.as_ref()?.get("status")?.properties.as_ref())
-            .flat_map(|p| p.keys().cloned())
+            .flat_map(|p| p.iter())
+            .map(|(key, schema)| {
+                let nested = schema
+                    .properties
+                    .as_ref()
+                    .map(|p| p.keys().cloned().collect())
+                    .unwrap_or_default();
+                (key.clone(), nested)
+            })
             .collect()
     })
 }
 
 /// The merge patch that makes the stored status `status`: every field of the schema that
-/// `status` leaves out (an empty list, an unset time) is sent as null, so it is removed
-/// rather than kept from an earlier write.
+/// `status` leaves out (an empty list, an unset time, a field of `head`) is sent as null, so
+/// it is removed rather than kept from an earlier write (a merge patch merges objects key by
+/// key).
 pub fn status_patch(status: &TrainClusterStatus) -> Result<Value> {
     let mut body = serde_json::to_value(status).map_err(|source| Error::Serialize {
         what: "status",
         source,
     })?;
     if let Value::Object(map) = &mut body {
-        for key in status_fields() {
-            map.entry(key.clone()).or_insert(Value::Null);
+        for (key, nested) in status_fields() {
+            let value = map.entry(key.clone()).or_insert(Value::Null);
+            if let Value::Object(inner) = value {
+                for field in nested {
+                    inner.entry(field.clone()).or_insert(Value::Null);
+                }
+            }
         }
     }
     Ok(json!({ "status": body }))
@@ -364,6 +380,17 @@ mod tests {
             status["phase"], "Pending",
             "set fields are written as they are"
         );
+        // The head's backoff ends with a spec edit: its time goes from the stored status.
+        let head = TrainClusterStatus {
+            head: Some(slice_core::api::HeadStatus {
+                restarts: 1,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let patch = status_patch(&head).unwrap();
+        assert_eq!(patch["status"]["head"]["backoffUntil"], Value::Null);
+        assert_eq!(patch["status"]["head"]["restarts"], 1);
     }
 
     use http::{Request, Response};

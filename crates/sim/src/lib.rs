@@ -42,7 +42,8 @@
 //! (a fake node never goes `Unknown` by itself; where a kube-scheduler binds, each node's
 //! Lease is renewed every 10 s as a kubelet does), PodGC's 40 s quarantine where no real control plane runs (pods of
 //! a deleted node are deleted after `KubeletOptions::orphan_grace`; where a kube-scheduler
-//! binds, the controller-manager's PodGC collects them), PodDisruptionBudgets, the `google.com/tpu` node
+//! binds (`--scheduler external`, or `auto` finding one), it leaves them to the
+//! controller-manager's PodGC), PodDisruptionBudgets, the `google.com/tpu` node
 //! taint GKE puts on TPU pools.
 
 pub mod faults;

@@ -66,9 +66,10 @@ pub struct TrainClusterStatus {
     /// chosen again before `until`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub avoided_slices: Vec<AvoidedSlice>,
-    /// The last pod a node's kubelet refused at admission, per slice, kept for
-    /// `elastic.placementTimeoutSeconds`. Never charged; a second refusal on the same slice
-    /// in that time avoids the slice (`avoidedSlices`).
+    /// The last pod a node's kubelet refused at admission, per slice (per node for the head
+    /// pod), kept for `elastic.placementTimeoutSeconds`. Never charged. A refusal of another
+    /// pod there in that time avoids the slice (`avoidedSlices`); for the head, the next head
+    /// waits `failurePolicy.backoffSeconds`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kubelet_rejections: Vec<KubeletRejection>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -114,7 +115,8 @@ pub struct AvoidedSlice {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KubeletRejection {
-    /// The slice (node pool, or node for a single-host slice) the pod was placed on.
+    /// The slice (node pool, or node for a single-host slice) the pod was placed on; the
+    /// node, for the head pod.
     pub slice: String,
     pub node: String,
     pub pod: String,

@@ -62,11 +62,31 @@ fn assets_or_why() -> &'static Result<PathBuf, String> {
             return Err(format!("{ASSETS_VAR} not set"));
         };
         let dir = PathBuf::from(dir);
-        match BINARIES.iter().find(|bin| !dir.join(bin).is_file()) {
-            Some(bin) => Err(format!("{ASSETS_VAR}={} has no {bin}", dir.display())),
-            None => Ok(dir),
+        if let Some(bin) = BINARIES.iter().find(|bin| !dir.join(bin).is_file()) {
+            return Err(format!("{ASSETS_VAR}={} has no {bin}", dir.display()));
         }
+        if etcd_in(&dir).is_none() {
+            return Err(format!("no etcd in {} or on the PATH", dir.display()));
+        }
+        if on_path("openssl").is_none() {
+            return Err("no openssl on the PATH (it makes the ServiceAccount key)".into());
+        }
+        Ok(dir)
     })
+}
+
+/// `name` in a folder of the PATH.
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+}
+
+/// etcd from the assets folder, else the PATH (Debian's `etcd-server`).
+fn etcd_in(assets: &Path) -> Option<PathBuf> {
+    Some(assets.join("etcd"))
+        .filter(|p| p.is_file())
+        .or_else(|| on_path("etcd"))
 }
 
 /// Says once per e2e process, past the test harness's output capture, that the scenarios
@@ -176,10 +196,7 @@ impl ControlPlane {
         let dir = std::env::temp_dir().join(format!("slice-e2e-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let etcd = [assets.join("etcd"), PathBuf::from("/usr/bin/etcd")]
-            .into_iter()
-            .find(|p| p.is_file())
-            .unwrap_or_else(|| PathBuf::from("etcd"));
+        let etcd = etcd_in(assets).ok_or("no etcd")?;
         let versions = format!(
             "{}; {}",
             version_of(&assets.join("kube-apiserver")),

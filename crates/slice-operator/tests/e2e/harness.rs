@@ -32,7 +32,7 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 #[allow(unused_imports)] // each test binary uses its own part of the harness
-pub use operator_metrics::{metric_value, operator_metric};
+pub use operator_metrics::{metric_value, operator_metric, scraped_metric};
 use slice_controller::{self as operator, OperatorConfig, OperatorHandle};
 use slice_core::api::{Membership, Phase, TrainCluster};
 use slice_core::constants::*;

@@ -9,16 +9,17 @@ use kube::api::{Api, ListParams};
 use super::{Env, control_plane, own_control_plane, shipped_config};
 
 /// A metric of the operator serving this Env, summed over its samples (label sets) and its
-/// replicas: from the in-process operators, the operator processes of the suite's own
-/// control plane, or (`E2E_EXTERNAL=1`) the installed operator's pods through the API
-/// server's pod proxy. 0 when none can be read.
+/// replicas, always read from a /metrics endpoint: the in-process operators' (emulator), the
+/// operator processes' of the suite's own control plane, or (`E2E_EXTERNAL=1`) the
+/// installed operator's pods' through the API server's pod proxy. 0 when none can be read.
 pub async fn metric_value(env: &Env, name: &str) -> u64 {
-    if !env.operators.is_empty() {
-        return (0..env.operators.len())
-            .map(|i| operator_metric(env, i, name))
-            .sum();
-    }
     let mut total = 0.0;
+    if !env.operators.is_empty() {
+        for i in 0..env.operators.len() {
+            total += scraped_metric(env, i, name).await;
+        }
+        return total as u64;
+    }
     if let Some(plane) = own_control_plane() {
         for addr in plane.metrics_endpoints() {
             let text = control_plane::scrape(addr).await.unwrap_or_default();
@@ -76,7 +77,20 @@ async fn installed_operator_metrics(client: &Client) -> Vec<String> {
     out
 }
 
-/// A metric of in-process operator `i` (0 when there is none).
+/// A metric of in-process operator `i`, read from its /metrics endpoint (0 when there is
+/// none or it does not answer).
+pub async fn scraped_metric(env: &Env, i: usize, name: &str) -> f64 {
+    let Some(op) = env.operators.get(i) else {
+        return 0.0;
+    };
+    let text = control_plane::scrape(op.metrics_addr)
+        .await
+        .unwrap_or_default();
+    control_plane::sum(&text, name)
+}
+
+/// A metric of in-process operator `i` from its registry (0 when there is none), for the
+/// system tests that drive the emulator's operators directly; e2e scenarios read /metrics.
 pub fn operator_metric(env: &Env, i: usize, name: &str) -> u64 {
     let Some(op) = env.operators.get(i) else {
         return 0;

@@ -22,16 +22,17 @@ async fn settled(env: &Env, name: &str) -> Settled {
     }
 }
 
-/// Completed reconciles of operator `i` (the duration is observed when one ends).
-pub(super) fn completed_reconciles(env: &Env, i: usize) -> u64 {
-    harness::operator_metric(env, i, "slice_operator_reconcile_duration_seconds_count")
+/// Completed reconciles of operator `i` (the duration is observed when one ends), from its
+/// /metrics endpoint.
+pub(super) async fn completed_reconciles(env: &Env, i: usize) -> u64 {
+    harness::scraped_metric(env, i, "slice_operator_reconcile_duration_seconds_count").await as u64
 }
 
 async fn wait_reconciled(env: &Env, i: usize) {
     env.wait_for(
         "the new leader's first reconcile",
         Duration::from_secs(30),
-        || async { (completed_reconciles(env, i) > 0).then_some(()) },
+        || async { (completed_reconciles(env, i).await > 0).then_some(()) },
     )
     .await;
 }
@@ -59,13 +60,12 @@ async fn operator_restart_and_failover_replace_no_pod_and_count_nothing() {
     let before = settled(&env, "steady").await;
     // SIGTERM, then SIGKILL of the leader: it comes back (or the standby takes over).
     for kill in [false, true] {
-        let i = env_leader(&env).expect("one operator leads");
+        let i = env_leader(&env).await.expect("one operator leads");
         env.restart_operator(i, kill).await;
-        env.wait_for("a leader", Duration::from_secs(30), || async {
-            env_leader(&env)
-        })
-        .await;
-        wait_reconciled(&env, env_leader(&env).unwrap()).await;
+        let leader = env
+            .wait_for("a leader", Duration::from_secs(30), || env_leader(&env))
+            .await;
+        wait_reconciled(&env, leader).await;
         assert_eq!(settled(&env, "steady").await, before, "after kill={kill}");
     }
     env.stop().await;
@@ -119,10 +119,18 @@ async fn restart_and_fail_over_processes(plane: &harness::control_plane::Control
     env.stop().await;
 }
 
-fn env_leader(env: &Env) -> Option<usize> {
+/// The operator holding the leader Lease, as the API server has it (the in-process
+/// operators keep the Lease where a pod without `POD_NAMESPACE` would: `default`).
+async fn env_leader(env: &Env) -> Option<usize> {
+    let config = harness::chart_config();
+    let namespace = config.lease_namespace.as_deref().unwrap_or("default");
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(env.client.clone(), namespace);
+    let lease = leases.get_opt(&config.lease_name).await.ok()??;
+    let holder = lease.spec?.holder_identity?;
     env.operators
         .iter()
-        .position(|o| o.context.leader.load(std::sync::atomic::Ordering::Relaxed))
+        .position(|o| o.context.config.identity() == holder)
 }
 
 /// Two scenarios share one cluster (the one in $KUBECONFIG, else an emulator with the
