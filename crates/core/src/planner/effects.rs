@@ -5,9 +5,7 @@ use jiff::Timestamp;
 
 use super::cluster::Planner;
 use super::observe::ObservedReplica;
-use super::{
-    DeleteReason, DisruptionKind, EventAfter, EventType, GroupDelete, PlannedEvent, PodRef,
-};
+use super::{DeleteReason, EventAfter, EventType, GroupDelete, PlannedEvent, PodRef};
 use crate::lean::LeanPod;
 
 impl Planner<'_> {
@@ -69,11 +67,9 @@ impl Planner<'_> {
         if pods.is_empty() {
             return;
         }
-        let type_ = match reason.kind() {
-            // A node refusing our pod is news for whoever runs the node pool.
-            _ if matches!(reason, DeleteReason::KubeletRejected { .. }) => EventType::Warning,
-            DisruptionKind::Maintenance => EventType::Normal,
-            _ => EventType::Warning,
+        let type_ = match reason.warns() {
+            true => EventType::Warning,
+            false => EventType::Normal,
         };
         let note = format!("{what} ({} pods): {reason}", pods.len());
         let after = EventAfter::Delete(self.plan.delete.len());

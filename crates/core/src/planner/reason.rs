@@ -131,6 +131,13 @@ impl DeleteReason {
         }
     }
 
+    /// Worth a Warning event: a disruption, or a node refusing our pod (news for whoever
+    /// runs the node pool, though nobody is charged).
+    pub fn warns(&self) -> bool {
+        self.kind() != DisruptionKind::Maintenance
+            || matches!(self, DeleteReason::KubeletRejected { .. })
+    }
+
     /// Delete at once (grace period 0) instead of waiting for a kubelet to confirm.
     pub fn force(&self) -> bool {
         matches!(self, DeleteReason::StuckTerminating { .. })

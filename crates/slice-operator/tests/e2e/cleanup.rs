@@ -48,25 +48,11 @@ impl Cleanup {
             .await
             .map(|_| ());
         gone(r, "delete TrainClusters", &mut errors);
-        let pods: Api<Pod> = Api::namespaced(client.clone(), &self.namespace);
-        let r = pods
-            .delete_collection(
-                &DeleteParams::default().grace_period(0),
-                &ListParams::default(),
-            )
-            .await
-            .map(|_| ());
+        let r = delete_pods(client, &self.namespace).await;
         gone(r, "delete pods", &mut errors);
         let namespaces: Api<Namespace> = Api::all(client.clone());
         for extra in &self.extra_namespaces {
-            let pods: Api<Pod> = Api::namespaced(client.clone(), extra);
-            let r = pods
-                .delete_collection(
-                    &DeleteParams::default().grace_period(0),
-                    &ListParams::default(),
-                )
-                .await
-                .map(|_| ());
+            let r = delete_pods(client, extra).await;
             gone(r, "delete pods of another namespace", &mut errors);
             let r = namespaces
                 .delete(extra, &DeleteParams::default())
@@ -75,7 +61,6 @@ impl Cleanup {
             gone(r, "delete another namespace", &mut errors);
         }
         if self.delete_namespace {
-            let namespaces: Api<Namespace> = Api::all(client.clone());
             let r = namespaces
                 .delete(&self.namespace, &DeleteParams::default())
                 .await
@@ -130,4 +115,15 @@ impl Cleanup {
             _ => work(),
         }
     }
+}
+
+/// Every pod of `namespace`, at once (grace period 0): a scenario's pods need no kubelet.
+async fn delete_pods(client: &Client, namespace: &str) -> Result<(), kube::Error> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    pods.delete_collection(
+        &DeleteParams::default().grace_period(0),
+        &ListParams::default(),
+    )
+    .await
+    .map(|_| ())
 }

@@ -116,15 +116,7 @@ pub struct OperatorsPaused {
 
 impl Drop for OperatorsPaused {
     fn drop(&mut self) {
-        let ours: Vec<String> = {
-            let ops = self
-                .plane
-                .operators
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            ops.iter().map(|o| o.identity.clone()).collect()
-        };
-        for identity in ours {
+        for identity in self.plane.running_identities() {
             self.plane.stop_operator(&identity, false);
         }
         for _ in 0..self.replicas {
@@ -409,22 +401,29 @@ impl ControlPlane {
         let rbac = leader_election_rbac_in(&docs, &deployment_of(&docs)?, namespace);
         install_chart_objects(&client, &rbac).await?;
         let op = self.start_operator_in(namespace, &[format!("--namespace={namespace}")])?;
+        Ok(self.keep(op))
+    }
+
+    /// Keeps `op` with the running replicas; returns its identity.
+    fn keep(&self, op: OperatorProcess) -> String {
         let identity = op.identity.clone();
         self.operators
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(op);
-        Ok(identity)
+        identity
+    }
+
+    /// The identities of the operator processes kept now.
+    fn running_identities(&self) -> Vec<String> {
+        let ops = self.operators.lock().unwrap_or_else(|e| e.into_inner());
+        ops.iter().map(|o| o.identity.clone()).collect()
     }
 
     /// Stops every operator replica now running (SIGTERM, as a `helm uninstall`); the
     /// returned guard starts the chart's replicas again when dropped, whatever happened.
     pub fn without_operators(&'static self) -> OperatorsPaused {
-        let identities: Vec<String> = {
-            let ops = self.operators.lock().unwrap_or_else(|e| e.into_inner());
-            ops.iter().map(|o| o.identity.clone()).collect()
-        };
-        for identity in &identities {
+        for identity in &self.running_identities() {
             self.stop_operator(identity, false);
         }
         OperatorsPaused {
@@ -450,23 +449,13 @@ impl ControlPlane {
 
     /// Namespace and name of the operator's leader Lease (the chart's `--lease-name`).
     pub fn operator_lease(&self) -> (String, String) {
-        let name = self
-            .operator_args
-            .iter()
-            .find_map(|a| a.strip_prefix("--lease-name="))
-            .unwrap_or("slice-operator-leader");
-        (self.operator_namespace.clone(), name.to_string())
+        let name = super::shipped_config().lease_name;
+        (self.operator_namespace.clone(), name)
     }
 
     /// Starts one more replica and keeps it with the others; returns its identity.
     pub fn add_operator(&self) -> Result<String, String> {
-        let op = self.start_operator()?;
-        let identity = op.identity.clone();
-        self.operators
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(op);
-        Ok(identity)
+        Ok(self.keep(self.start_operator()?))
     }
 
     /// The metrics endpoint of the replica `identity`, while it runs.
