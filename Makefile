@@ -6,7 +6,7 @@ BIN := target/debug/slice-operator
 VENV_PY := .tools/venv/bin/python
 HELM := $(CURDIR)/.tools/bin/helm
 
-.PHONY: help setup test lint fmt-check clippy build unit core-purity crd crd-check chart-check \
+.PHONY: help setup test lint fmt-check clippy build unit core-purity module-graph crd crd-check chart-check \
         chart-test contract simulate e2e e2e-kind bench bench-e2e
 
 help: ## list targets
@@ -33,6 +33,9 @@ build:
 
 unit: ## Rust unit, property, API-emulator and e2e-against-emulator tests (every crate)
 	$(CARGO) test --workspace --lib --bins --tests
+
+module-graph: ## no import circle between files of one crate, no source file over 500 lines
+	tools/check-module-graph.py
 
 core-purity: ## slice-core does no IO: no async runtime or Kubernetes client in its dependency tree
 	tools/check-core-purity.sh
