@@ -29,7 +29,8 @@ use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef, store};
 use kube::runtime::watcher::Event;
 use slice_controller::OperatorConfig;
-use slice_controller::context::{Caches, Context};
+use slice_controller::context::{Context, Parts};
+use slice_controller::planning::Caches;
 use slice_controller::reconcile::{Planned, Step, observe_and_plan};
 use slice_controller::watches::{Feed, Policy};
 use slice_core::api::{Membership, TrainCluster};
@@ -83,8 +84,6 @@ fn operator(world: &World) -> (Operator, Feeds) {
         Client::new(service, "default")
     };
     let recorder = Recorder::new(client.clone(), "bench".into());
-    let ctx = Arc::new(Context::new(client, OperatorConfig::in_process(), recorder));
-
     let (pod_cache, mut pods) = Feed::new(Policy::pods());
     let (node_cache, mut nodes) = Feed::new(Policy::nodes());
     let (service_cache, mut services) = Feed::new(Policy::services());
@@ -93,14 +92,21 @@ fn operator(world: &World) -> (Operator, Feeds) {
     pods.list(lean_pods.iter().map(|p| LeanPod::clone(p)));
     // Ours (the TrainCluster's uid as controller): read from the cache, no GET.
     services.list([render::headless_service(&world.cluster)]);
-    ctx.set_caches(Caches {
-        pods: pod_cache,
-        nodes: node_cache,
-        services: service_cache,
-    });
     let (trainclusters, mut writer) = store::<DeserializeGuard<TrainCluster>>();
     writer.apply_watcher_event(&Event::Apply(DeserializeGuard(Ok(world.cluster.clone()))));
-    ctx.set_trainclusters(trainclusters);
+    let ctx = Arc::new(Context::new(Parts {
+        client,
+        config: OperatorConfig::in_process(),
+        metrics: Default::default(),
+        recorder,
+        caches: Caches {
+            pods: pod_cache,
+            nodes: node_cache,
+            services: service_cache,
+        },
+        trainclusters,
+        nudges: futures::channel::mpsc::unbounded().0,
+    }));
 
     let tc = world.cluster.clone();
     assert!(tc.metadata.uid.is_some() && tc.metadata.namespace.is_some());
@@ -131,8 +137,7 @@ impl Operator {
     /// Forget the cluster's expectations (the creates a plan recorded), as if the executor
     /// had made them and the pod cache had shown them.
     fn forget(&self) {
-        self.ctx
-            .forget(self.tc.metadata.uid.as_deref().unwrap_or_default());
+        self.ctx.ledger.forget_all_but(&Default::default());
     }
 
     fn assert_no_api_call(&mut self) {
@@ -148,7 +153,7 @@ impl Operator {
         LeanPod::clone(
             &self
                 .ctx
-                .caches()
+                .caches
                 .pods
                 .store
                 .get(&reference)
@@ -160,7 +165,7 @@ impl Operator {
         LeanNode::clone(
             &self
                 .ctx
-                .caches()
+                .caches
                 .nodes
                 .store
                 .get(&ObjectRef::new(name))
@@ -261,7 +266,7 @@ where
     // Checked once, untimed: each event moves a cache's version (so the inventory is
     // rebuilt), the plan is made (no wait), and what it hands the executor.
     let versions = || {
-        let caches = op.ctx.caches();
+        let caches = &op.ctx.caches;
         (caches.nodes.version(), caches.pods.version())
     };
     let before = versions();
@@ -303,7 +308,7 @@ fn references(
     op: &Operator,
     membership: Membership,
 ) {
-    let caches = op.ctx.caches();
+    let caches = &op.ctx.caches;
     let (namespace, name) = (
         op.tc.metadata.namespace.as_deref().unwrap_or_default(),
         op.tc.metadata.name.as_deref().unwrap_or_default(),

@@ -1,61 +1,25 @@
 //! Kubernetes Events about TrainClusters: published after the action they report, and
-//! rate-limited per object, so no loop (ours or the world's) can flood the Event API.
-//!
-//! The limit is client-go's event spam filter (a burst of 25, then one every 5 minutes per
-//! object); events over it are dropped with a debug log. The status conditions still say
-//! what happened.
+//! rate-limited per object ([`crate::event_budget`]), so no loop (ours or the world's) can
+//! flood the Event API. Events over the limit are dropped with a debug log.
 
-use std::time::{Duration, Instant};
-
-use kube::runtime::events::{Event, EventType};
-
-use super::context::Context;
-use slice_core::api::TrainCluster;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder};
 use slice_core::planner::{EventType as PlannedType, PlannedEvent};
 
-/// Events one object may emit at once.
-pub const EVENT_BURST: u32 = 25;
-/// How often one more event is allowed after the burst.
-pub const EVENT_REFILL: Duration = Duration::from_secs(300);
+use crate::api_call::bounded;
+use crate::ledger::Ledger;
 
-/// A token bucket: [`EVENT_BURST`] tokens, one more every [`EVENT_REFILL`].
-#[derive(Debug)]
-pub struct EventBudget {
-    tokens: u32,
-    refilled: Instant,
-}
-
-impl EventBudget {
-    pub fn new(now: Instant) -> EventBudget {
-        EventBudget {
-            tokens: EVENT_BURST,
-            refilled: now,
-        }
-    }
-
-    /// Take one token if there is one.
-    pub fn take(&mut self, now: Instant) -> bool {
-        let earned = now.duration_since(self.refilled).as_secs() / EVENT_REFILL.as_secs();
-        if earned > 0 {
-            self.tokens = (self.tokens as u64 + earned).min(EVENT_BURST as u64) as u32;
-            self.refilled += EVENT_REFILL * earned as u32;
-        }
-        if self.tokens == 0 {
-            return false;
-        }
-        self.tokens -= 1;
-        true
-    }
-}
-
-/// Publish the planner's events about `tc`, within its budget. Best effort: a failure to
-/// record one never fails the reconcile.
-pub async fn publish(ctx: &Context, tc: &TrainCluster, events: &[PlannedEvent]) {
-    use kube::Resource;
-    let reference = tc.object_ref(&());
-    let uid = tc.metadata.uid.clone().unwrap_or_default();
+/// Publish the planner's events about the object `reference` names, within its budget.
+/// Best effort: a failure to record one never fails the reconcile.
+pub async fn publish(
+    recorder: &Recorder,
+    ledger: &Ledger,
+    reference: &ObjectReference,
+    events: &[PlannedEvent],
+) {
+    let uid = reference.uid.as_deref().unwrap_or_default();
     for event in events {
-        if !ctx.with_memory(&uid, |m| m.event_budget().take(Instant::now())) {
+        if !ledger.take_event_token(uid) {
             tracing::debug!(
                 reason = event.reason,
                 "event over the per-object limit; dropped"
@@ -68,37 +32,12 @@ pub async fn publish(ctx: &Context, tc: &TrainCluster, events: &[PlannedEvent]) 
                 PlannedType::Warning => EventType::Warning,
             },
             reason: event.reason.to_string(),
-            note: Some(event.note.clone()),
+            note: Some(event.note.chars().take(1000).collect()),
             action: event.reason.to_string(),
             secondary: None,
         };
-        let published = super::apply::bounded(ctx.recorder.publish(&kube_event, &reference));
-        if let Err(e) = published.await {
+        if let Err(e) = bounded(recorder.publish(&kube_event, reference)).await {
             tracing::debug!(error = %e, reason = event.reason, "could not publish event");
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_burst_then_one_event_per_refill() {
-        let start = Instant::now();
-        let mut budget = EventBudget::new(start);
-        for i in 0..EVENT_BURST {
-            assert!(budget.take(start), "event {i} of the burst");
-        }
-        assert!(!budget.take(start), "over the burst");
-        assert!(!budget.take(start + EVENT_REFILL - Duration::from_secs(1)));
-        assert!(budget.take(start + EVENT_REFILL));
-        assert!(!budget.take(start + EVENT_REFILL));
-        // A long quiet spell refills the burst, no more.
-        let later = start + EVENT_REFILL * 1000;
-        for _ in 0..EVENT_BURST {
-            assert!(budget.take(later));
-        }
-        assert!(!budget.take(later));
     }
 }

@@ -9,15 +9,15 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
-use super::context::Context;
+use crate::replica::Replica;
 
-async fn metrics(State(ctx): State<Arc<Context>>) -> impl IntoResponse {
+async fn metrics(State(replica): State<Arc<Replica>>) -> impl IntoResponse {
     (
         [(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        ctx.metrics.render(),
+        replica.metrics.render(),
     )
 }
 
@@ -25,10 +25,10 @@ async fn healthz() -> &'static str {
     "ok"
 }
 
-async fn readyz(State(ctx): State<Arc<Context>>) -> (StatusCode, &'static str) {
-    if ctx.ready() {
+async fn readyz(State(replica): State<Arc<Replica>>) -> (StatusCode, &'static str) {
+    if replica.ready() {
         (StatusCode::OK, "ok")
-    } else if ctx.stalled() {
+    } else if replica.stalled() {
         (
             StatusCode::SERVICE_UNAVAILABLE,
             "a cache stopped showing the operator's writes",
@@ -39,12 +39,12 @@ async fn readyz(State(ctx): State<Arc<Context>>) -> (StatusCode, &'static str) {
 }
 
 /// Bind and serve in the background; returns the bound address (port 0 picks one).
-pub async fn serve(addr: SocketAddr, ctx: Arc<Context>) -> std::io::Result<SocketAddr> {
+pub async fn serve(addr: SocketAddr, replica: Arc<Replica>) -> std::io::Result<SocketAddr> {
     let app = Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .with_state(ctx);
+        .with_state(replica);
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     tokio::spawn(async move {

@@ -54,7 +54,7 @@ impl LeaderElector {
     }
 
     /// The elector the operator's flags describe.
-    pub fn for_config(client: Client, config: &crate::OperatorConfig) -> LeaderElector {
+    pub fn for_config(client: Client, config: &crate::config::OperatorConfig) -> LeaderElector {
         let namespace = config.lease_namespace.as_deref().unwrap_or("default");
         LeaderElector::new(
             client,

@@ -214,9 +214,12 @@ where
 }
 
 /// A cache fed by hand rather than by a watch: for benchmarks and tests of what reads the
-/// caches. Events go through the same path as a watch's (store, index, version).
+/// caches. Events go through the same path as a watch's (store, index, version). Test
+/// equipment: only in test builds and with the `testing` feature (never in the binary).
+#[cfg(any(test, feature = "testing"))]
 pub struct Feed<K: Resource<DynamicType = ()> + Clone + 'static>(WatchState<K>);
 
+#[cfg(any(test, feature = "testing"))]
 impl<K> Feed<K>
 where
     K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,

@@ -7,12 +7,14 @@
 //! * [`lean`]: the watched Pods and Nodes, reduced to the fields the planner reads.
 //! * [`inventory`]: Nodes to whole slices: readiness, grace periods, occupancy.
 //! * [`planner`]: what the cluster should look like next, as a [`planner::Plan`].
+//! * [`owner`]: owner references, read one way: who controls an object.
 //! * [`constants`]: every label, annotation, env var name and the field manager.
 
 pub mod api;
 pub mod constants;
 pub mod inventory;
 pub mod lean;
+pub mod owner;
 pub mod planner;
 /// Object builders for tests and benchmarks (feature `testing`; never in the binary).
 #[cfg(any(test, feature = "testing"))]

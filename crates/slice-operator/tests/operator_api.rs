@@ -6,7 +6,6 @@
 mod harness;
 
 use std::collections::BTreeSet;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use harness::{Env, EnvOptions, label, uid};
@@ -249,7 +248,7 @@ async fn server_errors_on_pod_creation_roll_back_partial_groups_and_converge() {
         || async {
             let reqs = requests(&env, mark);
             let rolled_back = !writes(&reqs, "DELETE", "/pods/flaky-workers-").is_empty();
-            let counted = env.operators[0].context.metrics.render().contains(partial);
+            let counted = env.operators[0].replica.metrics.render().contains(partial);
             (rolled_back && counted).then_some(())
         },
     )
@@ -333,7 +332,7 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over() {
     let leaders: Vec<bool> = env
         .operators
         .iter()
-        .map(|o| o.context.leader.load(Ordering::Relaxed))
+        .map(|o| o.replica.is_leader())
         .collect();
     assert_eq!(
         leaders.iter().filter(|l| **l).count(),
@@ -343,7 +342,7 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over() {
     let leader = leaders.iter().position(|l| *l).unwrap();
     let standby = 1 - leader;
     let reconciles = |i: usize, env: &Env| {
-        let text = env.operators[i].context.metrics.render();
+        let text = env.operators[i].replica.metrics.render();
         text.lines()
             .find(|l| l.starts_with("slice_operator_reconciliations_total"))
             .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
@@ -354,7 +353,7 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over() {
         0.0,
         "the standby never reconciles"
     );
-    assert!(env.operators[standby].context.ready(), "a standby is ready");
+    assert!(env.operators[standby].replica.ready(), "a standby is ready");
 
     // The leader goes away; the standby takes the lease and handles the next failure.
     let old_leader = env.operators.remove(leader);
@@ -381,7 +380,7 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over() {
         },
     )
     .await;
-    assert!(env.operators[0].context.leader.load(Ordering::Relaxed));
+    assert!(env.operators[0].replica.is_leader());
     env.stop().await;
 }
 

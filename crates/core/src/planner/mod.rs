@@ -29,6 +29,7 @@ mod group;
 mod group_pods;
 mod head;
 mod judge;
+pub mod malformed;
 pub mod observe;
 mod place;
 pub mod policy;

@@ -227,7 +227,7 @@ async fn run_once(scenario: &Scenario, settle_timeout: Duration, out: Out) -> an
     };
     let elapsed = started.elapsed();
     let tracker = tracker.lock().expect("tracker lock");
-    let metrics = &operator.context.metrics;
+    let metrics = &operator.replica.metrics;
     let mut summary = Summary {
         elapsed,
         recoveries: tracker.recoveries.clone(),

@@ -55,7 +55,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
-use slice_controller::{Context, OperatorHandle};
+use slice_controller::{OperatorHandle, Replica};
 use slice_core::api::{Membership, Phase, TrainCluster};
 use slice_core::constants::*;
 use slice_emulator::{Emulator, EmulatorOptions, Verb};
@@ -420,7 +420,7 @@ async fn chaos(
     let emu = env.emulator.as_ref().expect("emulator");
     let t0 = Instant::now();
     let monitor = Mutex::new(Monitor::new(t0, &store_pods(emu, &env.namespace)));
-    let processes: Processes = Mutex::new(ops.iter().map(|o| o.context.clone()).collect());
+    let processes: Processes = Mutex::new(ops.iter().map(|o| o.replica.clone()).collect());
     let book = Arc::new(Mutex::new(Book {
         t0,
         log: Vec::new(),

@@ -308,13 +308,11 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// The operator processes running now (kept up to date by the schedule).
-pub(crate) type Processes = Mutex<Vec<Arc<Context>>>;
+pub(crate) type Processes = Mutex<Vec<Arc<Replica>>>;
 
 /// Does an operator lead with synced caches?
 pub(crate) fn leading(processes: &Processes) -> bool {
-    lock(processes)
-        .iter()
-        .any(|c| c.leader.load(Ordering::Relaxed) && c.synced())
+    lock(processes).iter().any(|c| c.is_leader() && c.synced())
 }
 
 pub(crate) async fn monitor_loop(

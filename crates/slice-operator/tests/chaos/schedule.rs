@@ -11,10 +11,10 @@ pub(crate) struct Op {
 
 impl Op {
     pub(crate) fn leads(&self) -> bool {
-        self.handle.context.leader.load(Ordering::Relaxed)
+        self.handle.replica.is_leader()
     }
     pub(crate) fn id(&self) -> String {
-        self.handle.context.config.identity()
+        self.handle.replica.config.identity()
     }
 }
 
@@ -52,7 +52,7 @@ impl<'a> Schedule<'a> {
 
     /// Tells the monitor which processes run now.
     pub(crate) fn publish(&self) {
-        *lock(self.processes) = self.ops.iter().map(|o| o.handle.context.clone()).collect();
+        *lock(self.processes) = self.ops.iter().map(|o| o.handle.replica.clone()).collect();
     }
 
     pub(crate) async fn new_process(&self, i: usize) -> Op {
@@ -87,7 +87,7 @@ impl<'a> Schedule<'a> {
         }
         if self.awaiting_leader
             && let Some(l) = self.leader()
-            && self.ops[l].handle.context.synced()
+            && self.ops[l].handle.replica.synced()
         {
             self.awaiting_leader = false;
             let id = self.ops[l].id();

@@ -95,5 +95,5 @@ pub fn operator_metric(env: &Env, i: usize, name: &str) -> u64 {
     let Some(op) = env.operators.get(i) else {
         return 0;
     };
-    control_plane::sum(&op.context.metrics.render(), name) as u64
+    control_plane::sum(&op.replica.metrics.render(), name) as u64
 }

@@ -130,7 +130,7 @@ async fn env_leader(env: &Env) -> Option<usize> {
     let holder = lease.spec?.holder_identity?;
     env.operators
         .iter()
-        .position(|o| o.context.config.identity() == holder)
+        .position(|o| o.replica.config.identity() == holder)
 }
 
 /// Two scenarios share one cluster (the one in $KUBECONFIG, else an emulator with the

@@ -1,55 +1,20 @@
 //! Carrying out a plan's pod actions: every group's deletes at once, then every worker
 //! group's creates at once, then the head, then hot spares; all pod calls of the plan share
-//! one limit (`--api-concurrency`). What went through is recorded in [`Progress`], so that
-//! only the events of actions that happened are published and only the creates that were not
-//! made are withdrawn from the expectations.
-
-use std::collections::BTreeSet;
-use std::time::Instant;
+//! one limit (`--api-concurrency`).
 
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::Api;
 use slice_core::api::TrainCluster;
-use slice_core::planner::{self, DisruptionKind, GroupCreate};
+use slice_core::planner::{self, DisruptionKind};
 use tracing::info;
 
-use crate::apply::{self, CallLimit};
+use crate::api_call::{bounded, rejection};
 use crate::context::Context;
 use crate::error::{Error, Result};
-
-/// Which of a plan's actions went through (by index in the plan).
-#[derive(Debug, Default)]
-pub struct Progress {
-    pub deleted: BTreeSet<usize>,
-    pub created: BTreeSet<usize>,
-    pub head: bool,
-}
-
-impl Progress {
-    /// Whether the action an event reports went through.
-    pub fn done(&self, after: Option<planner::EventAfter>) -> bool {
-        match after {
-            None => true,
-            Some(planner::EventAfter::Delete(i)) => self.deleted.contains(&i),
-            Some(planner::EventAfter::Create(i)) => self.created.contains(&i),
-            Some(planner::EventAfter::Head) => self.head,
-        }
-    }
-
-    /// The planned creates that were not made.
-    pub fn not_created<'p>(
-        &self,
-        plan: &'p planner::Plan,
-    ) -> impl Iterator<Item = &'p GroupCreate> {
-        plan.create
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !self.created.contains(i))
-            .map(|(_, c)| c)
-    }
-}
+use crate::executor::pods::{CallLimit, create_group, delete_group};
+use crate::executor::progress::Progress;
 
 /// Deletes, then creates, then the head pod, then spares. On a failure the actions that
 /// went through are still recorded, and the first failure (in plan order) is returned.
@@ -71,14 +36,12 @@ pub async fn apply_pods(
         .iter()
         .any(|d| d.reason.kind() != DisruptionKind::Maintenance);
     if disruption {
-        ctx.with_memory(&uid, |m| {
-            m.disrupted_since.get_or_insert_with(Instant::now);
-        });
+        ctx.ledger.disrupted(&uid);
     }
     let deletes = plan
         .delete
         .iter()
-        .map(|d| apply::delete_group(&pod_api, d, &limit));
+        .map(|d| delete_group(&pod_api, d, &limit));
     let mut first_error = None;
     for (i, result) in join_all(deletes).await.into_iter().enumerate() {
         let delete = &plan.delete[i];
@@ -96,10 +59,8 @@ pub async fn apply_pods(
                 reason: delete.reason.code().into(),
             })
             .inc();
-        ctx.with_memory(&uid, |m| {
-            m.outstanding
-                .expect_deleted(uids, delete.reason.force(), relists, Instant::now())
-        });
+        ctx.ledger
+            .pods_deleted(&uid, uids, delete.reason.force(), relists);
         progress.deleted.insert(i);
     }
     if let Some(e) = first_error {
@@ -132,7 +93,7 @@ async fn create_groups(
 ) -> Result<()> {
     let creates = range
         .clone()
-        .map(|i| apply::create_group(pod_api, &plan.create[i], limit));
+        .map(|i| create_group(pod_api, &plan.create[i], limit));
     let mut first_error = None;
     for (i, result) in range.zip(join_all(creates).await) {
         if let Err(e) = result {
@@ -161,11 +122,11 @@ async fn create_head(
         field_manager: Some(slice_core::constants::FIELD_MANAGER.into()),
         ..Default::default()
     };
-    match apply::bounded(pod_api.create(&params, pod)).await {
+    match bounded(pod_api.create(&params, pod)).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(e) => {
-            return Err(match apply::rejection(&e) {
+            return Err(match rejection(&e) {
                 Some(message) => Error::HeadRejected(message),
                 None => e.into(),
             });

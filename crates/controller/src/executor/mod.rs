@@ -1,0 +1,136 @@
+//! The executor: applies a plan to the API server, in order: the Service, the status, the
+//! pod deletes and creates, then the events of what went through. A create the API server
+//! refuses becomes a condition (see `planner::creates`), not an error: retrying at once
+//! cannot help.
+
+pub mod pod_actions;
+pub mod pods;
+pub mod progress;
+pub mod service;
+pub mod status;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Service;
+use kube::api::Api;
+use kube::core::DynamicObject;
+use kube::{Resource, ResourceExt};
+use slice_core::api::{TrainCluster, TrainClusterStatus};
+use slice_core::planner::{self, creates};
+use tracing::{info, warn};
+
+use crate::context::Context;
+use crate::error::Result;
+use crate::events;
+use progress::Progress;
+
+/// What a plan is applied with.
+pub struct Apply<'a> {
+    /// The TrainCluster as cached.
+    pub cluster: &'a TrainCluster,
+    /// The status the plan was made from (the planner's memory).
+    pub memory: Option<&'a TrainClusterStatus>,
+    pub plan: &'a planner::Plan,
+    /// The Service as last seen.
+    pub service: Option<&'a Service>,
+    /// The pod cache's relist count the plan was made at.
+    pub relists: u64,
+}
+
+/// Apply a plan. Returns how long until a create the API server refused is tried again.
+/// Creates not made (not attempted, or rolled back) are withdrawn from the ledger: they are
+/// not coming and hold no slice.
+pub async fn apply(ctx: &Context, work: Apply<'_>) -> Result<Option<Duration>> {
+    let mut progress = Progress::default();
+    let result = apply_in_order(ctx, &work, &mut progress).await;
+    if result.is_err() || progress.created.len() < work.plan.create.len() {
+        let uid = work.cluster.metadata.uid.as_deref().unwrap_or_default();
+        let names = progress.not_created(work.plan).flat_map(|c| c.pods.names());
+        ctx.ledger.pods_not_created(uid, names);
+    }
+    result
+}
+
+async fn apply_in_order(
+    ctx: &Context,
+    work: &Apply<'_>,
+    progress: &mut Progress,
+) -> Result<Option<Duration>> {
+    let (tc, plan) = (work.cluster, work.plan);
+    let namespace = tc.namespace().unwrap_or_default();
+    let service_api: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
+    service::ensure_service(&service_api, work.service, &plan.service).await?;
+    let api = status::dynamic_api(ctx.client.clone(), &namespace);
+    // Status first: it carries the planner's memory (epoch, incarnations, failures counted),
+    // so a crash after it converges instead of repeating decisions.
+    if work.memory != Some(&plan.status) {
+        write_memory(ctx, &api, tc, &plan.status).await?;
+        if work.memory.map(|s| s.phase) != Some(plan.status.phase) {
+            info!(phase = ?plan.status.phase, desired = plan.status.desired_slices, ready = plan.status.ready_slices, "phase changed");
+        }
+    }
+    let acted = pod_actions::apply_pods(ctx, tc, plan, work.relists, progress).await;
+    // After the actions (the status change above is one): an event says what happened.
+    let done: Vec<_> = plan
+        .events
+        .iter()
+        .filter(|e| progress.done(e.after))
+        .cloned()
+        .collect();
+    let reference = tc.object_ref(&());
+    events::publish(&ctx.recorder, &ctx.ledger, &reference, &done).await;
+    match acted {
+        Err(e) if e.rejection().is_some() => {
+            let (what, message) = e.rejection().expect("checked");
+            warn!(%what, %message, "the API server rejected a create");
+            let record = match e.spare_rejected() {
+                true => creates::record_spare_rejection,
+                false => creates::record_rejection,
+            };
+            let now = jiff::Timestamp::now();
+            let (status, event) = record(&plan.status, &what, message, tc.metadata.generation, now);
+            write_memory(ctx, &api, tc, &status).await?;
+            let event: Vec<_> = event.into_iter().collect();
+            events::publish(&ctx.recorder, &ctx.ledger, &reference, &event).await;
+            let retry = creates::retry_at(&status, now)
+                .and_then(|t| Duration::try_from(t.duration_since(now)).ok());
+            Ok(retry)
+        }
+        Err(e) => Err(e),
+        Ok(()) if !progress.created.is_empty() || progress.head => {
+            if let Some(status) = creates::clear(&plan.status, created_kind(plan, progress)) {
+                write_memory(ctx, &api, tc, &status).await?;
+            }
+            Ok(None)
+        }
+        Ok(()) => Ok(None),
+    }
+}
+
+/// Which kind of pods went through: workers (and the head), spares, or both.
+fn created_kind(plan: &planner::Plan, progress: &Progress) -> creates::Created {
+    let spares = plan.create.iter().any(|c| c.spare);
+    let workers = progress.head || plan.create.iter().any(|c| !c.spare);
+    match (workers, spares) {
+        (true, true) => creates::Created::Both,
+        (false, true) => creates::Created::Spares,
+        _ => creates::Created::Workers,
+    }
+}
+
+/// Write the planner's memory (the status) and record it in the ledger until the cache
+/// shows it.
+pub async fn write_memory(
+    ctx: &Context,
+    api: &Api<DynamicObject>,
+    tc: &TrainCluster,
+    status: &TrainClusterStatus,
+) -> Result<()> {
+    let uid = tc.metadata.uid.as_deref().unwrap_or_default();
+    if let Err(e) = status::write_status(api, &tc.name_any(), status).await {
+        ctx.ledger.status_write_unknown(uid);
+        return Err(e);
+    }
+    ctx.ledger.status_written(uid, status.clone());
+    Ok(())
+}

@@ -1,0 +1,123 @@
+//! The headless Service: created when missing, brought back to what the plan wants by
+//! server-side apply when it drifted, and never touched when another owner controls it.
+
+use backon::Retryable;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::Value;
+use slice_core::constants::FIELD_MANAGER;
+use slice_core::owner::{controller, is_controlled_by};
+
+use crate::api_call::{backoff, bounded, is_code, retryable};
+use crate::error::{Error, Result};
+
+/// Make the Service what `desired` says. A create, not an apply, when none is seen: a
+/// Service someone made meanwhile is answered 409 and left alone, not taken over. Returns
+/// whether a write was made.
+pub async fn ensure_service(
+    api: &Api<Service>,
+    current: Option<&Service>,
+    desired: &Service,
+) -> Result<bool> {
+    let Some(current) = current else {
+        return create(api, desired).await;
+    };
+    let ours = controller(&desired.metadata)
+        .is_some_and(|owner| is_controlled_by(&current.metadata, &owner.uid));
+    if !ours || holds(current, desired)? {
+        return Ok(false);
+    }
+    let name = desired.metadata.name.clone().unwrap_or_default();
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let patch = Patch::Apply(desired);
+    (|| bounded(api.patch(&name, &params, &patch)))
+        .retry(backoff())
+        .when(retryable)
+        .await?;
+    Ok(true)
+}
+
+async fn create(api: &Api<Service>, desired: &Service) -> Result<bool> {
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    let created = (|| bounded(api.create(&params, desired)))
+        .retry(backoff())
+        .when(retryable)
+        .await;
+    match created {
+        Ok(_) => Ok(true),
+        Err(e) if is_code(&e, 409) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The Service of `name` as the API server has it now.
+pub async fn current_service(api: &Api<Service>, name: &str) -> Result<Option<Service>> {
+    Ok((|| bounded(api.get_opt(name)))
+        .retry(backoff())
+        .when(retryable)
+        .await?)
+}
+
+/// True when `current` holds every field `desired` sets, as `desired` sets it (what the
+/// server defaulted or others added is not ours to judge), and selects exactly its pods.
+fn holds(current: &Service, desired: &Service) -> Result<bool> {
+    let selector = |s: &Service| s.spec.as_ref().and_then(|spec| spec.selector.clone());
+    if selector(current) != selector(desired) {
+        return Ok(false);
+    }
+    let value = |s: &Service| {
+        serde_json::to_value(s).map_err(|source| Error::Serialize {
+            what: "service",
+            source,
+        })
+    };
+    Ok(contains(&value(current)?, &value(desired)?))
+}
+
+/// `wanted` is a part of `have`: objects key by key, everything else equal.
+fn contains(have: &Value, wanted: &Value) -> bool {
+    match (have, wanted) {
+        (Value::Object(have), Value::Object(wanted)) => wanted
+            .iter()
+            .all(|(k, w)| have.get(k).is_some_and(|h| contains(h, w))),
+        (Value::Array(have), Value::Array(wanted)) => {
+            have.len() == wanted.len() && have.iter().zip(wanted).all(|(h, w)| contains(h, w))
+        }
+        _ => have == wanted,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_service_holds_what_is_wanted_whatever_the_server_added() {
+        let wanted = json!({"spec": {"clusterIP": "None", "ports": [{"port": 8471}]}});
+        let served = json!({"metadata": {"uid": "u"},
+                            "spec": {"clusterIP": "None", "type": "ClusterIP",
+                                     "ports": [{"port": 8471, "protocol": "TCP"}]}});
+        assert!(contains(&served, &wanted));
+        let drifted = json!({"spec": {"clusterIP": "None", "ports": [{"port": 8472}]}});
+        assert!(!contains(&drifted, &wanted));
+        let extra_port = json!({"spec": {"clusterIP": "None",
+                                         "ports": [{"port": 8471}, {"port": 1}]}});
+        assert!(!contains(&extra_port, &wanted), "a port we do not want");
+    }
+
+    #[test]
+    fn a_selector_with_a_key_more_selects_other_pods() {
+        let service = |selector: serde_json::Value| -> Service {
+            serde_json::from_value(json!({"spec": {"clusterIP": "None", "selector": selector}}))
+                .unwrap()
+        };
+        let wanted = service(json!({"slices.dev/cluster": "a"}));
+        assert!(holds(&wanted, &wanted).unwrap());
+        let narrower = service(json!({"slices.dev/cluster": "a", "x": "y"}));
+        assert!(!holds(&narrower, &wanted).unwrap());
+    }
+}

@@ -1,0 +1,146 @@
+//! The status: the planner's memory, written by server-side apply to the status subresource
+//! under the operator's one field manager, with `force`. A field the new status leaves out
+//! (an empty list, an unset time, a field of `head`) is removed by the server, as it was
+//! applied by us before. Fields some other writer left behind (an older operator's merge
+//! patches, a hand edit) are not ours to apply away; they are removed by a JSON patch once
+//! the server's answer shows them.
+
+use backon::Retryable;
+use kube::api::{Api, Patch, PatchParams};
+use kube::core::{ApiResource, DynamicObject};
+use serde_json::{Value, json};
+use slice_core::api::{TrainCluster, TrainClusterStatus};
+use slice_core::constants::FIELD_MANAGER;
+
+use crate::api_call::{backoff, bounded, retryable};
+use crate::error::{Error, Result};
+
+/// The apply configuration that makes the stored status `status`.
+pub fn status_apply(status: &TrainClusterStatus) -> Result<Value> {
+    use kube::Resource;
+    let status = serde_json::to_value(status).map_err(|source| Error::Serialize {
+        what: "status",
+        source,
+    })?;
+    Ok(json!({
+        "apiVersion": TrainCluster::api_version(&()),
+        "kind": TrainCluster::kind(&()),
+        "status": status,
+    }))
+}
+
+/// The TrainClusters of `namespace`, read as plain objects: a write's answer is not parsed
+/// into the typed spec (it may not even parse, see `reconcile::malformed`).
+pub fn dynamic_api(client: kube::Client, namespace: &str) -> Api<DynamicObject> {
+    let resource = ApiResource::erase::<TrainCluster>(&());
+    Api::namespaced_with(client, namespace, &resource)
+}
+
+/// Make the stored status `status`.
+pub async fn write_status(
+    api: &Api<DynamicObject>,
+    name: &str,
+    status: &TrainClusterStatus,
+) -> Result<()> {
+    let body = status_apply(status)?;
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let patch = Patch::Apply(&body);
+    let stored = (|| bounded(api.patch_status(name, &params, &patch)))
+        .retry(backoff())
+        .when(retryable)
+        .await?;
+    let removals = leftovers(&stored.data["status"], &body["status"]);
+    if !removals.is_empty() {
+        tracing::info!(fields = ?removals, "removing status fields another writer left");
+        let ops: Vec<Value> = removals
+            .iter()
+            .map(|path| json!({"op": "remove", "path": path}))
+            .collect();
+        let patch =
+            Patch::<()>::Json(serde_json::from_value(Value::Array(ops)).map_err(|source| {
+                Error::Serialize {
+                    what: "status removals",
+                    source,
+                }
+            })?);
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        (|| bounded(api.patch_status(name, &params, &patch)))
+            .retry(backoff())
+            .when(retryable)
+            .await?;
+    }
+    Ok(())
+}
+
+/// JSON pointers of the fields the server keeps that `intended` leaves out: at the top of
+/// the status and one level down (the fields of `head`); list items are replaced whole.
+pub fn leftovers(stored: &Value, intended: &Value) -> Vec<String> {
+    let mut paths = Vec::new();
+    let (Some(stored), Some(intended)) = (stored.as_object(), intended.as_object()) else {
+        return paths;
+    };
+    for (key, value) in stored {
+        match (value.as_object(), intended.get(key)) {
+            (_, None) => paths.push(format!("/status/{}", pointer_escape(key))),
+            (Some(inner), Some(Value::Object(wanted))) => {
+                for nested in inner.keys().filter(|k| !wanted.contains_key(*k)) {
+                    paths.push(format!(
+                        "/status/{}/{}",
+                        pointer_escape(key),
+                        pointer_escape(nested)
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    paths
+}
+
+fn pointer_escape(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_apply_configuration_names_the_kind_and_leaves_unset_fields_out() {
+        let body = status_apply(&TrainClusterStatus::default()).unwrap();
+        assert_eq!(body["apiVersion"], "slices.dev/v1alpha1");
+        assert_eq!(body["kind"], "TrainCluster");
+        let status = body["status"].as_object().unwrap();
+        for absent in [
+            "kubeletRejections",
+            "avoidedSlices",
+            "head",
+            "createRetryAfter",
+        ] {
+            assert!(
+                !status.contains_key(absent),
+                "{absent} is left out, not null"
+            );
+        }
+        assert_eq!(status["phase"], "Pending");
+    }
+
+    #[test]
+    fn leftovers_are_the_stored_fields_the_intended_status_leaves_out() {
+        let stored = json!({"phase": "Running", "createRetryAfter": "t",
+                            "head": {"restarts": 1, "backoffUntil": "t"}, "groups": [{"a/b": 1}]});
+        let intended = json!({"phase": "Running", "head": {"restarts": 1}, "groups": []});
+        assert_eq!(
+            leftovers(&stored, &intended),
+            vec!["/status/createRetryAfter", "/status/head/backoffUntil"]
+        );
+        assert!(leftovers(&intended, &intended).is_empty());
+        assert_eq!(
+            leftovers(&json!({"a~b": 1}), &json!({})),
+            vec!["/status/a~0b"]
+        );
+    }
+}

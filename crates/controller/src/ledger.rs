@@ -1,0 +1,263 @@
+//! What the operator remembers about each TrainCluster (by uid) between reconciles, reached
+//! only through named verbs: what a reconcile checks before it plans, what it records when it
+//! has planned and when it has applied, and what is forgotten when the cluster is gone.
+//! Nothing here outlives the process; what must survive a restart is in the status.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use slice_core::api::{TrainCluster, TrainClusterStatus};
+use slice_core::lean::LeanPod;
+use slice_core::planner::Plan;
+
+use crate::event_budget::EventBudget;
+use crate::freshness::{Freshness, Outstanding};
+
+/// One cluster's memory.
+#[derive(Default)]
+struct Entry {
+    /// Namespace and name, to drop its metrics once the cluster is gone.
+    key: Option<(String, String)>,
+    /// Our writes the caches do not show yet (see [`crate::freshness`]).
+    outstanding: Outstanding,
+    /// Consecutive failed reconciles, for the error backoff.
+    errors: u32,
+    /// Generation of a malformed object already reported.
+    malformed_generation: Option<Option<i64>>,
+    /// When the first failure of the current disruption was detected.
+    disrupted_since: Option<Instant>,
+    /// The slices its last plan reserved (`GroupStatus::reserved_slices`), recorded while
+    /// planning: the next cluster to plan sees them before the status is written and cached.
+    reserved: Option<Vec<String>>,
+    /// Whether its last plan accepted its spec (it holds its pod names), recorded while
+    /// planning: the next cluster to plan sees it before the status is written and cached.
+    holds_names: Option<bool>,
+    /// Events this cluster may still emit.
+    events: Option<EventBudget>,
+}
+
+/// A cluster the ledger has let go of.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Forgotten {
+    /// Namespace and name, if it was ever reconciled.
+    pub key: Option<(String, String)>,
+    /// Its last plan kept slices for replicas it had not created: no pod event will say
+    /// they are free again.
+    pub held_reservations: bool,
+}
+
+/// Every cluster's memory.
+#[derive(Default)]
+pub struct Ledger {
+    entries: Mutex<HashMap<String, Entry>>,
+}
+
+impl Ledger {
+    fn entries(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
+        self.entries.lock().unwrap_or_else(|poisoned| {
+            // Every verb leaves an entry whole: a panic elsewhere does not void the ledger.
+            self.entries.clear_poison();
+            poisoned.into_inner()
+        })
+    }
+
+    fn entry<T>(&self, uid: &str, f: impl FnOnce(&mut Entry) -> T) -> T {
+        f(self.entries().entry(uid.to_string()).or_default())
+    }
+
+    // --- before planning -------------------------------------------------------------
+
+    /// A reconcile of this cluster begins: remember who it is.
+    pub fn reconciling(&self, uid: &str, namespace: &str, name: &str) {
+        self.entry(uid, |e| {
+            e.key
+                .get_or_insert_with(|| (namespace.to_string(), name.to_string()));
+        });
+    }
+
+    /// Whether the pod cache (this cluster's pods, at `relists` lists) shows our writes.
+    pub fn freshness(&self, uid: &str, pods: &[Arc<LeanPod>], relists: u64) -> Freshness {
+        self.entry(uid, |e| e.outstanding.check(pods, relists, Instant::now()))
+    }
+
+    /// The pod cache stopped showing our writes and is being listed again: what we expected
+    /// of it is void.
+    pub fn cache_stalled(&self, uid: &str) {
+        self.entry(uid, |e| e.outstanding.clear_pods());
+    }
+
+    /// True when our last status write may or may not have applied: read it back first.
+    pub fn status_in_doubt(&self, uid: &str) -> bool {
+        self.entry(uid, |e| e.outstanding.needs_status_read())
+    }
+
+    /// The planner's memory: the status we last wrote while the cache has not shown it,
+    /// else the cached one.
+    pub fn memory_for_planning(
+        &self,
+        uid: &str,
+        cached: Option<&TrainClusterStatus>,
+    ) -> Option<TrainClusterStatus> {
+        self.entry(uid, |e| e.outstanding.status_for_planning(cached))
+    }
+
+    /// A malformed object of this generation was already reported.
+    pub fn malformed_reported(&self, uid: &str, generation: Option<i64>) -> bool {
+        self.entry(uid, |e| e.malformed_generation == Some(generation))
+    }
+
+    // --- planned (under the planning lock) ---------------------------------------------
+
+    /// A plan was made at `relists` pod lists: its creates are expected (their slices
+    /// taken), its reservations and whether it holds its pod names are what the next
+    /// cluster to plan sees.
+    pub fn planned(&self, uid: &str, plan: &Plan, relists: u64) {
+        self.entry(uid, |e| {
+            e.holds_names = Some(slice_core::api::naming::spec_accepted(&plan.status));
+            let pods = plan
+                .create
+                .iter()
+                .flat_map(|c| c.pods.names().map(|n| (n, c.slice.clone())));
+            e.outstanding.expect_created(pods, relists, Instant::now());
+            e.reserved = Some(plan.status.reserved_slices().map(str::to_string).collect());
+        });
+    }
+
+    /// Slices clusters other than `uid` have taken though the inventory (built from the pod
+    /// cache) cannot show it: placed their pending creates on, or reserved while they
+    /// (re)create replicas (as last planned here, else as their cached status says, which is
+    /// what survives an operator restart). `others`: every TrainCluster the controller knows.
+    pub fn slices_taken_by_others<'a>(
+        &self,
+        uid: &str,
+        others: impl IntoIterator<Item = &'a TrainCluster>,
+    ) -> HashSet<String> {
+        let all = self.entries();
+        let mut taken: HashSet<String> = all
+            .iter()
+            .filter(|(other, _)| other.as_str() != uid)
+            .flat_map(|(_, e)| e.outstanding.slices_taken().map(str::to_string))
+            .collect();
+        for tc in others {
+            let other = tc.metadata.uid.as_deref().unwrap_or_default();
+            // Being deleted: it creates nothing more.
+            if other == uid || tc.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            match all.get(other).and_then(|e| e.reserved.as_ref()) {
+                Some(planned) => taken.extend(planned.iter().cloned()),
+                None => taken.extend(
+                    tc.status
+                        .iter()
+                        .flat_map(|s| s.reserved_slices())
+                        .map(str::to_string),
+                ),
+            }
+        }
+        taken
+    }
+
+    /// Whether `tc` holds its pod names against a colliding cluster (see
+    /// `slice_core::api::naming`): as its last plan here says, else as its status says
+    /// (what survives an operator restart).
+    pub fn holds_names(&self, tc: &TrainCluster) -> bool {
+        let uid = tc.metadata.uid.as_deref().unwrap_or_default();
+        let planned = self.entries().get(uid).and_then(|e| e.holds_names);
+        planned.unwrap_or_else(|| slice_core::api::naming::holds_names(tc))
+    }
+
+    // --- applied -----------------------------------------------------------------------
+
+    /// The server accepted this status.
+    pub fn status_written(&self, uid: &str, status: TrainClusterStatus) {
+        self.entry(uid, |e| e.outstanding.wrote_status(status));
+    }
+
+    /// A status write failed in a way that may or may not have applied it.
+    pub fn status_write_unknown(&self, uid: &str) {
+        self.entry(uid, |e| e.outstanding.status_unknown());
+    }
+
+    /// Pods (by uid) whose deletion the server accepted at `relists` pod lists; `force`:
+    /// with grace period 0.
+    pub fn pods_deleted(&self, uid: &str, uids: Vec<String>, force: bool, relists: u64) {
+        self.entry(uid, |e| {
+            e.outstanding
+                .expect_deleted(uids, force, relists, Instant::now())
+        });
+    }
+
+    /// Planned pods that were not created (not attempted, or rolled back): nothing of
+    /// theirs is coming, and they hold no slice.
+    pub fn pods_not_created(&self, uid: &str, names: impl IntoIterator<Item = String>) {
+        self.entry(uid, |e| e.outstanding.withdraw_created(names));
+    }
+
+    /// A group was lost to a disruption (not maintenance): the recovery clock starts, unless
+    /// it is already running.
+    pub fn disrupted(&self, uid: &str) {
+        self.entry(uid, |e| {
+            e.disrupted_since.get_or_insert_with(Instant::now);
+        });
+    }
+
+    /// The cluster is Running again: when its disruption began, if one was running.
+    pub fn recovered(&self, uid: &str) -> Option<Instant> {
+        self.entry(uid, |e| e.disrupted_since.take())
+    }
+
+    /// The malformed object of this generation is reported.
+    pub fn malformed_reported_now(&self, uid: &str, generation: Option<i64>) {
+        self.entry(uid, |e| e.malformed_generation = Some(generation));
+    }
+
+    /// One more event of this cluster, if its budget allows.
+    pub fn take_event_token(&self, uid: &str) -> bool {
+        self.entry(uid, |e| {
+            e.events
+                .get_or_insert_with(|| EventBudget::new(Instant::now()))
+                .take(Instant::now())
+        })
+    }
+
+    /// A reconcile succeeded: the error backoff starts over.
+    pub fn reconciled(&self, uid: &str) {
+        self.entry(uid, |e| e.errors = 0);
+    }
+
+    /// A reconcile failed: how many in a row now.
+    pub fn reconcile_failed(&self, uid: &str) -> u32 {
+        self.entry(uid, |e| {
+            e.errors = e.errors.saturating_add(1);
+            e.errors
+        })
+    }
+
+    // --- forgotten ---------------------------------------------------------------------
+
+    /// Let go of every cluster whose uid is not in `live`.
+    pub fn forget_all_but(&self, live: &HashSet<String>) -> Vec<Forgotten> {
+        let mut all = self.entries();
+        let gone: Vec<String> = all.keys().filter(|u| !live.contains(*u)).cloned().collect();
+        gone.iter()
+            .filter_map(|uid| all.remove(uid))
+            .map(|e| Forgotten {
+                key: e.key,
+                held_reservations: e.reserved.is_some_and(|r| !r.is_empty()),
+            })
+            .collect()
+    }
+
+    /// How many clusters the ledger holds.
+    pub fn len(&self) -> usize {
+        self.entries().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests;

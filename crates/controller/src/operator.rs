@@ -1,0 +1,314 @@
+//! The operator process: serve health and metrics, wait for the leader lease, then lead:
+//! watch, build the context once the caches exist, and reconcile on every trigger.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Service;
+use kube::Client;
+use kube::api::Api;
+use kube::core::DeserializeGuard;
+use kube::runtime::controller::{Config as ControllerConfig, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector;
+use kube::runtime::{WatchStreamExt, watcher};
+use slice_core::api::TrainCluster;
+use slice_core::constants::{LABEL_CLUSTER, NODE_LABEL_ACCELERATOR, OPERATOR_NAME};
+use slice_core::lean::{LeanNode, LeanPod};
+use tokio::sync::oneshot;
+
+use crate::coalesce::coalesce;
+use crate::config::OperatorConfig;
+use crate::context::{Context, Parts};
+use crate::error::{Error, Result};
+use crate::planning::Caches;
+use crate::replica::Replica;
+use crate::triggers::{Changes, spec_or_metadata, triggers};
+use crate::{http, leader, reconcile, watches};
+
+/// How long in-flight reconciles may take to finish after a shutdown signal. With the lease
+/// release after it, the process is gone well within Kubernetes' default 30 s grace period.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A running operator, for in-process use (tests and `simulate`).
+pub struct OperatorHandle {
+    pub metrics_addr: SocketAddr,
+    pub replica: Arc<Replica>,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<()>>,
+}
+
+impl OperatorHandle {
+    /// Stop at once, as SIGKILL does: nothing is drained or released.
+    pub fn kill(self) {
+        self.task.abort();
+    }
+
+    pub async fn stop(mut self) -> Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.task.await.unwrap_or(Ok(()))
+    }
+}
+
+/// Start the operator in the background against `client`.
+pub async fn start(client: Client, config: OperatorConfig) -> Result<OperatorHandle> {
+    let (stop, stopped) = oneshot::channel();
+    let (ready_tx, ready_rx) = oneshot::channel();
+    let task = tokio::spawn(run(
+        client,
+        config,
+        async {
+            let _ = stopped.await;
+        },
+        Some(ready_tx),
+    ));
+    match ready_rx.await {
+        Ok((metrics_addr, replica)) => Ok(OperatorHandle {
+            metrics_addr,
+            replica,
+            stop: Some(stop),
+            task,
+        }),
+        Err(_) => Err(task
+            .await
+            .unwrap_or(Err(Error::Config("operator task panicked".into())))
+            .err()
+            .unwrap_or_else(|| Error::Config("operator stopped during start-up".into()))),
+    }
+}
+
+/// Run until `shutdown` resolves (or the leader lease is lost). Returns only after the lease,
+/// if held, has been released.
+pub async fn run(
+    client: Client,
+    config: OperatorConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    started: Option<oneshot::Sender<(SocketAddr, Arc<Replica>)>>,
+) -> Result<()> {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    };
+
+    let replica = Arc::new(Replica::new(config.clone()));
+    let metrics_addr = http::serve(config.metrics_addr, replica.clone()).await?;
+    tracing::info!(%metrics_addr, namespace = ?config.namespace, "serving /metrics, /healthz, /readyz");
+    // Started (serving health and metrics) before the lease: a standby is healthy and ready.
+    if let Some(started) = started {
+        let _ = started.send((metrics_addr, replica.clone()));
+    }
+
+    let mut lease = None;
+    if config.leader_election {
+        let elector = leader::LeaderElector::for_config(client.clone(), &config);
+        tracing::info!(lease = %config.lease_name, identity = %config.identity(), "waiting for the leader lease");
+        tokio::select! {
+            acquired = elector.acquire() => acquired?,
+            _ = stopped() => return Ok(()),
+        }
+        tracing::info!("acquired the leader lease");
+        lease = Some(elector.keep_renewing());
+    }
+    replica.set_leader(true);
+
+    let deadline = {
+        let stopped = stopped.clone();
+        async move {
+            stopped().await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        }
+    };
+    let result = tokio::select! {
+        result = lead(client, &replica, stopped.clone()) => result,
+        err = leader::lost(&mut lease) => Err(err),
+        _ = deadline => {
+            tracing::warn!(grace = ?SHUTDOWN_GRACE, "in-flight reconciles did not finish in time; stopping anyway");
+            Ok(())
+        }
+    };
+    replica.set_leader(false);
+    if let Some(lease) = lease {
+        lease.release().await;
+    }
+    result
+}
+
+/// The leader's work: watch, and reconcile once the caches have synced.
+async fn lead<F>(client: Client, replica: &Replica, stopped: impl Fn() -> F) -> Result<()>
+where
+    F: Future<Output = ()> + Send + Sync + 'static,
+{
+    let config = &replica.config;
+    // Lean watches: TPU pods (anyone's) and pods labelled as ours, TPU nodes; each read
+    // straight into its lean view (slice_core::lean), everything else dropped on arrival.
+    // See watches.rs for how freshness follows from them.
+    let pods = watches::start(
+        Api::<LeanPod>::all(client.clone()),
+        watcher::Config::default(),
+        watches::Policy::pods(),
+    );
+    let nodes = watches::start(
+        Api::<LeanNode>::all(client.clone()),
+        watcher::Config::default().labels(NODE_LABEL_ACCELERATOR),
+        watches::Policy::nodes(),
+    );
+    // Our headless Services, read by every reconcile from here rather than by a GET.
+    let services = watches::start(
+        watched::<Service>(&client, config),
+        watcher::Config::default().labels(LABEL_CLUSTER),
+        watches::Policy::services(),
+    );
+    let _watch_tasks = AbortOnDrop(vec![pods.task, nodes.task, services.task]);
+    drop(nodes.deleted); // node deletions already reach every cluster of their shape
+    drop((services.deleted, services.relisted));
+
+    let (trainclusters, writer) = reflector::store();
+    let (nudges, nudged) = futures::channel::mpsc::unbounded();
+    let reporter = Reporter {
+        controller: OPERATOR_NAME.into(),
+        instance: Some(config.identity()),
+    };
+    let ctx = Arc::new(Context::new(Parts {
+        client: client.clone(),
+        config: config.clone(),
+        metrics: replica.metrics.clone(),
+        recorder: Recorder::new(client.clone(), reporter),
+        caches: Caches {
+            pods: pods.cache,
+            nodes: nodes.cache,
+            services: services.cache,
+        },
+        trainclusters: trainclusters.clone(),
+        nudges,
+    }));
+    replica.lead_with(ctx.clone());
+
+    // Unknown is not lost: no plan before both caches have listed once.
+    let synced = async {
+        let _ = ctx.caches.pods.store.wait_until_ready().await;
+        let _ = ctx.caches.nodes.store.wait_until_ready().await;
+    };
+    tokio::select! {
+        _ = synced => {}
+        _ = stopped() => return Ok(()),
+    }
+    tracing::info!(
+        pods = ctx.caches.pods.store.len(),
+        nodes = ctx.caches.nodes.store.len(),
+        "caches synced"
+    );
+
+    // A TrainCluster triggers a reconcile when it appears, when its spec (generation) or
+    // metadata moves and when it is being deleted; our own status writes do not (the
+    // operator knows what it wrote, see freshness.rs), else each one costs a reconcile.
+    let forgetting = ctx.clone();
+    let tc_changes = watcher(
+        watched::<DeserializeGuard<TrainCluster>>(&client, config),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .inspect_ok(move |event| forget_gone(&forgetting, event))
+    .applied_objects()
+    .predicate_filter(spec_or_metadata, Default::default());
+    let controller = Controller::for_stream(tc_changes, trainclusters.clone())
+        .with_config(ControllerConfig::default().concurrency(config.concurrency));
+    let changes = Changes {
+        pods: pods.changes,
+        pods_gone: pods.deleted,
+        nodes: nodes.changes,
+        services: services.changes,
+        nudges: nudged,
+    };
+    let triggers = triggers(
+        changes,
+        trainclusters,
+        ctx.caches.nodes.store.clone(),
+        config.namespace.clone(),
+    );
+    let window = std::time::Duration::from_millis(config.coalesce_ms);
+    controller
+        .reconcile_on(coalesce(triggers, window))
+        .reconcile_all_on(futures::stream::select(pods.relisted, nodes.relisted))
+        .graceful_shutdown_on(stopped())
+        .run(reconcile::reconcile, reconcile::error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "controller event");
+            }
+        })
+        .await;
+    Ok(())
+}
+
+/// The API of the operator's watched namespace, or of all when it watches every one.
+fn watched<K>(client: &Client, config: &OperatorConfig) -> Api<K>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope>,
+    <K as kube::Resource>::DynamicType: Default,
+{
+    match &config.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// The one way the operator lets go of a TrainCluster: when its watch says it is gone
+/// (deleted, or missing from a fresh list), its memory and metrics are dropped, and the
+/// others hear of the slices it kept for replicas it never created (no pod event will
+/// announce them).
+fn forget_gone(ctx: &Context, event: &watcher::Event<DeserializeGuard<TrainCluster>>) {
+    let deleted = match event {
+        watcher::Event::Delete(gone) => Some(gone),
+        watcher::Event::InitDone => None,
+        _ => return,
+    };
+    let live: HashSet<String> = ctx
+        .trainclusters
+        .state()
+        .iter()
+        .filter_map(|guard| kube::Resource::meta(guard.as_ref()).uid.clone())
+        .collect();
+    let forgotten = ctx.ledger.forget_all_but(&live);
+    for gone in &forgotten {
+        if let Some((namespace, name)) = &gone.key {
+            ctx.metrics.forget_cluster(namespace, name);
+        }
+    }
+    let reserved_in_status = deleted
+        .and_then(|guard| guard.0.as_ref().ok())
+        .is_some_and(|tc| {
+            tc.status
+                .iter()
+                .any(|s| s.reserved_slices().next().is_some())
+        });
+    if reserved_in_status || forgotten.iter().any(|f| f.held_reservations) {
+        ctx.nudge_others("");
+    }
+    if !forgotten.is_empty() {
+        tracing::debug!(forgotten = forgotten.len(), "forgot deleted TrainClusters");
+    }
+}
+
+/// Background tasks that end with the future that owns them (also when it is cancelled).
+struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}

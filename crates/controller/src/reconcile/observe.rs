@@ -1,0 +1,245 @@
+//! Observe and plan: this cluster's pods from the pod cache's index, its Service, the
+//! planner's memory; then the pure planner, on the planner thread, under the planning lock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Service;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use slice_core::api::{TrainCluster, TrainClusterStatus};
+use slice_core::lean::LeanPod;
+use slice_core::owner::is_controlled_by;
+use slice_core::planner::{self, PlanInput};
+use tracing::warn;
+
+use crate::api_call::bounded;
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::executor::service::current_service;
+use crate::freshness::{EXPECTATION_TIMEOUT, Freshness};
+
+/// What a reconcile does next: wait (the caches are not ready to plan from), or apply a plan.
+pub enum Step {
+    Wait(Action),
+    Plan(Box<Planned>),
+}
+
+/// A plan and what it was made from.
+pub struct Planned {
+    pub plan: planner::Plan,
+    /// The TrainCluster with the planner's memory as its status.
+    pub observed: TrainCluster,
+    pub service: Option<Service>,
+    pub conflicts: Vec<slice_core::api::validate::FieldError>,
+    /// The pod cache's relist count the plan was made at.
+    pub relists: u64,
+}
+
+/// Observe (this cluster's pods from the index, its Service from the cache, the planner's
+/// memory) and plan, with the creates planned recorded as expected before another cluster
+/// plans. No pod or status write happens here; a GET may (the Service when the cache does
+/// not show ours, the status after a write whose outcome was lost). The planning itself runs
+/// on the planner thread: it takes the planning lock and updates the inventory.
+pub async fn observe_and_plan(tc: &TrainCluster, ctx: &Arc<Context>) -> Result<Step> {
+    let namespace = tc.namespace().unwrap_or_default();
+    let (name, uid) = (tc.name_any(), uid(tc));
+    // This cluster's pods only, from the pod cache's index: no scan of everyone's pods.
+    let pods = ctx.caches.pods.indexed(&namespace, &name);
+
+    // Unknown is not lost: no plan from caches that have not (re)listed, or that stopped
+    // delivering and have not listed since.
+    if !ctx.synced() || ctx.stalled() {
+        return Ok(Step::Wait(Action::requeue(Duration::from_secs(1))));
+    }
+    // Until the caches show our last writes, a plan would be made from stale observations.
+    let relists = ctx.caches.pods.relists();
+    match ctx.ledger.freshness(&uid, &pods, relists) {
+        Freshness::Fresh => {}
+        // The events of our writes trigger the next reconcile; this is only the fallback.
+        Freshness::Catching => {
+            tracing::debug!(
+                pods = pods.len(),
+                "waiting for the pod cache to show our writes"
+            );
+            return Ok(Step::Wait(Action::requeue(Duration::from_secs(2))));
+        }
+        Freshness::Stalled => {
+            // The pod watch stopped delivering: never plan from it; list again.
+            warn!(timeout = ?EXPECTATION_TIMEOUT, "the pod cache has not shown our writes; relisting");
+            ctx.declare_stalled(relists);
+            ctx.ledger.cache_stalled(&uid);
+            ctx.caches.pods.relist();
+            return Ok(Step::Wait(Action::requeue(Duration::from_secs(1))));
+        }
+    }
+
+    // The planner's memory is its last status: ours while the cache has not shown it.
+    let mut observed = tc.clone();
+    observed.status = planner_memory(tc, ctx, &namespace, &uid).await?;
+    // Names others hold (pod names of a cluster that claimed them first, a Service we do
+    // not own) are found under the planning lock.
+    let service = headless_service(tc, ctx, &namespace).await?;
+    let planning = {
+        let ctx = ctx.clone();
+        move || {
+            let (plan, conflicts) = plan_locked(&ctx, &observed, &pods, service.as_ref(), relists);
+            (plan, observed, service, conflicts)
+        }
+    };
+    let (plan, observed, service, conflicts) = ctx
+        .planner
+        .run(planning)
+        .await
+        .map_err(|e| Error::Planner(e.to_string()))?;
+    if gives_back_slices(&observed, &plan) {
+        ctx.nudge_others(&uid);
+    }
+    tracing::debug!(
+        creates = plan.create.len(),
+        deletes = plan.delete.len(),
+        requeue = ?plan.requeue_after,
+        "planned"
+    );
+    Ok(Step::Plan(Box::new(Planned {
+        plan,
+        observed,
+        service,
+        conflicts,
+        relists,
+    })))
+}
+
+/// True when the plan ends a reservation on a slice it creates nothing on: others waiting
+/// for slices hear of it from no pod event.
+fn gives_back_slices(observed: &TrainCluster, plan: &planner::Plan) -> bool {
+    let now: std::collections::HashSet<&str> = plan
+        .status
+        .reserved_slices()
+        .chain(plan.create.iter().filter_map(|c| c.slice.as_deref()))
+        .collect();
+    observed
+        .status
+        .iter()
+        .flat_map(|s| s.reserved_slices())
+        .any(|slice| !now.contains(slice))
+}
+
+/// Plan under the planning lock: one planner at a time, and the creates it plans are
+/// expected (their slices taken), its reservations and whether it holds its pod names
+/// recorded before the next one plans. Returns the plan and the names others hold.
+fn plan_locked(
+    ctx: &Context,
+    observed: &TrainCluster,
+    pods: &[Arc<LeanPod>],
+    service: Option<&Service>,
+    relists: u64,
+) -> (planner::Plan, Vec<slice_core::api::validate::FieldError>) {
+    let uid = uid(observed);
+    let mut planning = ctx.planning();
+    // Under the lock: a cluster accepted by the plan just before holds its names, though
+    // its status is not written (or cached) yet.
+    let conflicts = name_conflicts(observed, ctx, service);
+    let inventory = planning.inventory(&ctx.caches);
+    let reserved = ctx.slices_taken_by_others(&uid);
+    let plan = planner::plan(&PlanInput {
+        cluster: observed,
+        pods,
+        inventory: &inventory,
+        reserved: &reserved,
+        conflicts: &conflicts,
+        now: jiff::Timestamp::now(),
+    });
+    ctx.ledger.planned(&uid, &plan, relists);
+    (plan, conflicts)
+}
+
+/// The cluster's headless Service: from the Service cache when it shows ours; read from the
+/// server only when it does not (not created yet, not cached yet, or someone else's Service
+/// holds the name, which the cache, watching only labelled Services, may not show).
+async fn headless_service(
+    tc: &TrainCluster,
+    ctx: &Context,
+    namespace: &str,
+) -> Result<Option<Service>> {
+    let name = planner::render::headless_service_name(&tc.name_any());
+    let reference = kube::runtime::reflector::ObjectRef::new(&name).within(namespace);
+    let cached = ctx.caches.services.store.get(&reference);
+    let uid = tc.metadata.uid.as_deref().unwrap_or_default();
+    match cached {
+        Some(svc) if is_controlled_by(&svc.metadata, uid) => Ok(Some(Service::clone(&svc))),
+        _ => {
+            let api: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
+            current_service(&api, &name).await
+        }
+    }
+}
+
+/// Names others hold: pod names of a cluster that claimed them first (as the last plans
+/// here say, else as the statuses cached say), a Service we do not own.
+fn name_conflicts(
+    tc: &TrainCluster,
+    ctx: &Context,
+    service: Option<&Service>,
+) -> Vec<slice_core::api::validate::FieldError> {
+    let all = ctx.valid_trainclusters();
+    let others: Vec<&TrainCluster> = all
+        .iter()
+        .filter_map(|g| g.0.as_ref().ok())
+        .filter(|other| other.metadata.namespace == tc.metadata.namespace)
+        .collect();
+    let holds = |cluster: &TrainCluster| ctx.ledger.holds_names(cluster);
+    let mut conflicts = slice_core::api::naming::name_collisions_by(tc, &others, holds);
+    conflicts
+        .extend(service.and_then(|s| slice_core::api::naming::foreign_service(tc, &s.metadata)));
+    conflicts
+}
+
+/// The planner's memory: the status we last wrote while the cache has not shown it, else the
+/// cached one; read back from the server when our last write's outcome is unknown.
+async fn planner_memory(
+    tc: &TrainCluster,
+    ctx: &Context,
+    namespace: &str,
+    uid: &str,
+) -> Result<Option<TrainClusterStatus>> {
+    if ctx.ledger.status_in_doubt(uid) {
+        let api: Api<TrainCluster> = Api::namespaced(ctx.client.clone(), namespace);
+        let current = bounded(api.get_status(&tc.name_any())).await?;
+        ctx.ledger
+            .status_written(uid, current.status.clone().unwrap_or_default());
+    }
+    Ok(ctx.ledger.memory_for_planning(uid, tc.status.as_ref()))
+}
+
+fn uid(tc: &TrainCluster) -> String {
+    tc.metadata.uid.clone().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use slice_core::api::Membership;
+    use slice_core::testing::{World, train_cluster, v6e_pools};
+
+    #[test]
+    fn ending_a_reservation_without_creating_on_it_is_news_for_the_others() {
+        let world = World::new(train_cluster(Membership::Multislice, 1, 2), v6e_pools(2));
+        let mut plan = world.plan();
+        assert_eq!(plan.create.len(), 2);
+        let mut observed = world.cluster.clone();
+        let mut reserving = plan.status.clone();
+        reserving.groups[0].reserved_slices = vec!["pool-0".into(), "pool-1".into()];
+        observed.status = Some(reserving.clone());
+        plan.status.release_reservations();
+        assert!(
+            !gives_back_slices(&observed, &plan),
+            "created on: pods say so"
+        );
+        plan.create.clear();
+        assert!(gives_back_slices(&observed, &plan));
+        plan.status = reserving;
+        assert!(!gives_back_slices(&observed, &plan), "still kept");
+    }
+}

@@ -1,0 +1,169 @@
+//! The executor's writes against the API emulator, which keeps managed fields and applies
+//! server-side apply as kube-apiserver does: a status field the plan clears is removed by
+//! one apply, fields another writer left are removed too, and the headless Service is
+//! mended by apply only when it is ours.
+
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+use slice_controller::executor::service::ensure_service;
+use slice_controller::executor::status::{dynamic_api, write_status};
+use slice_core::api::{AvoidedSlice, HeadStatus, Membership, TrainCluster, TrainClusterStatus};
+use slice_core::planner::render::headless_service;
+use slice_core::testing::train_cluster;
+use slice_emulator::{Emulator, EmulatorOptions};
+
+async fn cluster_on_emulator() -> (Emulator, kube::Client, TrainCluster) {
+    let emulator = Emulator::start(EmulatorOptions::default()).await.unwrap();
+    emulator.install_crd(&slice_core::api::crd()).unwrap();
+    let client = emulator.client();
+    let api: Api<TrainCluster> = Api::namespaced(client.clone(), "default");
+    let mut tc = train_cluster(Membership::Multislice, 1, 2);
+    tc.metadata.uid = None;
+    let created = api.create(&PostParams::default(), &tc).await.unwrap();
+    (emulator, client, created)
+}
+
+fn stored_status(object: &serde_json::Value) -> &serde_json::Map<String, serde_json::Value> {
+    object["status"].as_object().expect("a status")
+}
+
+async fn read(client: &kube::Client) -> serde_json::Value {
+    let api = dynamic_api(client.clone(), "default");
+    serde_json::to_value(api.get("demo").await.unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn a_status_field_the_plan_clears_is_cleared_on_the_server_by_one_apply() {
+    let (emulator, client, _) = cluster_on_emulator().await;
+    let api = dynamic_api(client.clone(), "default");
+    let backing_off = TrainClusterStatus {
+        restarts: 2,
+        create_retry_after: Some("2026-01-01T00:00:10Z".into()),
+        avoided_slices: vec![AvoidedSlice {
+            slice: "pool-0".into(),
+            until: "2026-01-01T00:00:10Z".into(),
+        }],
+        head: Some(HeadStatus {
+            restarts: 1,
+            backoff_until: Some("2026-01-01T00:00:10Z".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    write_status(&api, "demo", &backing_off).await.unwrap();
+    let stored = read(&client).await;
+    assert_eq!(
+        stored_status(&stored)["createRetryAfter"],
+        "2026-01-01T00:00:10Z"
+    );
+
+    let mark = emulator.requests().mark();
+    let cleared = TrainClusterStatus {
+        restarts: 2,
+        head: Some(HeadStatus {
+            restarts: 1,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    write_status(&api, "demo", &cleared).await.unwrap();
+    let stored = read(&client).await;
+    let status = stored_status(&stored);
+    for gone in ["createRetryAfter", "avoidedSlices"] {
+        assert!(!status.contains_key(gone), "{gone} is cleared: {status:?}");
+    }
+    assert!(
+        !status["head"]
+            .as_object()
+            .unwrap()
+            .contains_key("backoffUntil"),
+        "a field of head is cleared: {status:?}"
+    );
+    assert_eq!(status["restarts"], 2);
+    let writes: Vec<_> = emulator
+        .requests()
+        .writes_since_list(mark)
+        .iter()
+        .map(|r| (r.method.clone(), r.content_type.clone().unwrap_or_default()))
+        .collect();
+    assert_eq!(
+        writes,
+        vec![(
+            "PATCH".to_string(),
+            "application/apply-patch+yaml".to_string()
+        )],
+        "one server-side apply, no clean-up patch"
+    );
+}
+
+#[tokio::test]
+async fn status_fields_another_writer_left_are_removed() {
+    let (_emulator, client, _) = cluster_on_emulator().await;
+    let typed: Api<TrainCluster> = Api::namespaced(client.clone(), "default");
+    // An older operator's merge patch, under a field manager of its own.
+    let params = PatchParams {
+        field_manager: Some("slice-operator-0.0".into()),
+        ..Default::default()
+    };
+    let old = json!({"status": {"phase": "Running", "spareRetryAfter": "2026-01-01T00:00:10Z"}});
+    typed
+        .patch_status("demo", &params, &Patch::Merge(&old))
+        .await
+        .unwrap();
+    let api = dynamic_api(client.clone(), "default");
+    write_status(&api, "demo", &TrainClusterStatus::default())
+        .await
+        .unwrap();
+    let stored = read(&client).await;
+    let status = stored_status(&stored);
+    assert!(!status.contains_key("spareRetryAfter"), "{status:?}");
+    assert_eq!(status["phase"], "Pending");
+}
+
+#[tokio::test]
+async fn the_service_is_mended_by_apply_when_ours_and_left_alone_when_not() {
+    let (_emulator, client, tc) = cluster_on_emulator().await;
+    let api: Api<Service> = Api::namespaced(client.clone(), "default");
+    let desired = headless_service(&tc);
+    let name = desired.metadata.name.clone().unwrap();
+    assert!(
+        ensure_service(&api, None, &desired).await.unwrap(),
+        "created"
+    );
+    let current = api.get(&name).await.unwrap();
+    assert!(
+        !ensure_service(&api, Some(&current), &desired)
+            .await
+            .unwrap(),
+        "no write"
+    );
+
+    // Someone changed the port: mended.
+    let drift = json!({"spec": {"ports": [{"name": "x", "port": 1}]}});
+    let params = PatchParams::default();
+    api.patch(&name, &params, &Patch::Merge(&drift))
+        .await
+        .unwrap();
+    let drifted = api.get(&name).await.unwrap();
+    assert!(
+        ensure_service(&api, Some(&drifted), &desired)
+            .await
+            .unwrap()
+    );
+    let mended = api.get(&name).await.unwrap();
+    let ports = |s: &Service| -> Vec<(Option<String>, i32)> {
+        let ports = s.spec.as_ref().unwrap().ports.clone().unwrap_or_default();
+        ports.into_iter().map(|p| (p.name, p.port)).collect()
+    };
+    assert_eq!(ports(&mended), ports(&desired));
+
+    // Another owner's Service of that name is never touched.
+    let mut foreign = mended.clone();
+    foreign.metadata.owner_references = None;
+    assert!(
+        !ensure_service(&api, Some(&foreign), &desired)
+            .await
+            .unwrap()
+    );
+}
