@@ -71,6 +71,8 @@ mod http;
 mod patch;
 mod requests;
 mod selectors;
+mod ssa;
+mod state;
 mod store;
 mod validation;
 mod watch;
@@ -87,6 +89,7 @@ pub use patch::PatchKind;
 pub use requests::{RecordedRequest, RequestLog};
 pub use selectors::{FieldSelector, LabelSelector};
 
+use ssa::Ownership;
 use store::{SharedStore, Store, WriteMode};
 
 /// Options for [`Emulator::start`].
@@ -137,7 +140,7 @@ impl Default for EmulatorOptions {
 /// waiting).
 pub struct Emulator {
     addr: SocketAddr,
-    state: Arc<http::AppState>,
+    state: Arc<state::AppState>,
     shutdown_tx: tokio::sync::watch::Sender<bool>,
     join: Option<tokio::task::JoinHandle<()>>,
 }
@@ -164,7 +167,7 @@ impl Emulator {
         let (drop_tx, _) = tokio::sync::watch::channel(0u64);
         let drop_tx = Arc::new(drop_tx);
         let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-        let state = Arc::new(http::AppState {
+        let state = Arc::new(state::AppState {
             faults: Faults::new(
                 opts.seed,
                 store.clone(),
@@ -249,9 +252,9 @@ impl Emulator {
             {
                 m.remove("resourceVersion");
             }
-            store.update(&info, None, &name, v, WriteMode::Main, false)?;
+            store.update(&info, None, &name, v, WriteMode::Main, false, Ownership::Untracked)?;
         } else {
-            store.create(&info, None, v, false)?;
+            store.create(&info, None, v, false, Ownership::Untracked)?;
         }
         Ok(())
     }
@@ -330,7 +333,7 @@ impl Emulator {
             .state
             .store
             .lock()
-            .create(&info, namespace, object, false)?;
+            .create(&info, namespace, object, false, Ownership::Untracked)?;
         Ok((*o).clone())
     }
 

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use super::errors::ApiError;
 use super::faults::Stalls;
-use super::http::AppState;
+use super::state::AppState;
 use super::selectors::{FieldSelector, LabelSelector};
 use super::store::{EventRecord, EventType, ResourceInfo, WatchStart};
 

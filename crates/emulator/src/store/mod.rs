@@ -37,6 +37,7 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use super::errors::ApiError;
+use crate::ssa::Ownership;
 use meta::{meta_mut, meta_str, owner_uids};
 
 pub use delete::DeleteOpts;
@@ -113,7 +114,8 @@ impl Store {
         }
         let ns_info = s.by_key["namespaces."].clone();
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
-            let _ = s.create(&ns_info, None, json!({"metadata": {"name": ns}}), false);
+            let meta = json!({"metadata": {"name": ns}});
+            let _ = s.create(&ns_info, None, meta, false, Ownership::Untracked);
         }
         s
     }

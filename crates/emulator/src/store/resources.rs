@@ -6,6 +6,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::Store;
+use crate::ssa::Target;
 
 /// Description of a served resource type.
 #[derive(Debug, Clone)]
@@ -56,6 +57,17 @@ impl ResourceInfo {
             schema: None,
             crd_name: None,
             key: format!("{plural}.{group}"),
+        }
+    }
+
+    /// Where a write through `subresource` goes, for field management.
+    pub(crate) fn target(&self, subresource: Option<&'static str>) -> Target<'_> {
+        Target {
+            kind: &self.kind,
+            api_version: self.api_version(),
+            schema: self.schema.as_deref(),
+            has_status: self.status_subresource,
+            subresource,
         }
     }
 
