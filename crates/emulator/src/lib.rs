@@ -252,7 +252,15 @@ impl Emulator {
             {
                 m.remove("resourceVersion");
             }
-            store.update(&info, None, &name, v, WriteMode::Main, false, Ownership::Untracked)?;
+            store.update(
+                &info,
+                None,
+                &name,
+                v,
+                WriteMode::Main,
+                false,
+                Ownership::Untracked,
+            )?;
         } else {
             store.create(&info, None, v, false, Ownership::Untracked)?;
         }
@@ -329,11 +337,13 @@ impl Emulator {
         object: serde_json::Value,
     ) -> Result<serde_json::Value, ApiError> {
         let info = self.resolve(api_version, plural)?;
-        let o = self
-            .state
-            .store
-            .lock()
-            .create(&info, namespace, object, false, Ownership::Untracked)?;
+        let o = self.state.store.lock().create(
+            &info,
+            namespace,
+            object,
+            false,
+            Ownership::Untracked,
+        )?;
         Ok((*o).clone())
     }
 

@@ -110,7 +110,12 @@ pub(crate) fn field_manager(q: &HashMap<String, String>, headers: &HeaderMap) ->
         .get(header::USER_AGENT)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    ua.split('/').next().unwrap_or("").chars().take(128).collect()
+    ua.split('/')
+        .next()
+        .unwrap_or("")
+        .chars()
+        .take(128)
+        .collect()
 }
 
 fn patch_options_invalid(field: &str, message: &str) -> ApiError {

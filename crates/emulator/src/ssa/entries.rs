@@ -68,13 +68,20 @@ pub(crate) fn decode(obj: &Value) -> Vec<Entry> {
 pub(crate) fn encode(obj: &mut Value, mut entries: Vec<Entry>) {
     entries.retain(|e| !e.fields.is_empty());
     entries.sort_by(|a, b| {
-        (&a.operation, &a.time, &a.manager, &a.api_version, &a.subresource).cmp(&(
-            &b.operation,
-            &b.time,
-            &b.manager,
-            &b.api_version,
-            &b.subresource,
-        ))
+        (
+            &a.operation,
+            &a.time,
+            &a.manager,
+            &a.api_version,
+            &a.subresource,
+        )
+            .cmp(&(
+                &b.operation,
+                &b.time,
+                &b.manager,
+                &b.api_version,
+                &b.subresource,
+            ))
     });
     let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
         return;

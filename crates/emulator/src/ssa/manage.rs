@@ -117,8 +117,16 @@ pub(crate) fn record_update(t: &Target, old: Option<&Value>, new: &mut Value, ma
 }
 
 /// Checks an applied configuration as the server does before merging it.
-pub(crate) fn check_config(t: &Target, config: &Value, ns: &str, name: &str) -> Result<(), ApiError> {
-    let version = config.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+pub(crate) fn check_config(
+    t: &Target,
+    config: &Value,
+    ns: &str,
+    name: &str,
+) -> Result<(), ApiError> {
+    let version = config
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     if version != t.api_version.as_str() {
         return Err(ApiError::bad_request(format!(
             "Incorrect version specified in apply patch. Specified patch version: {version}, expected: {}",
@@ -192,7 +200,8 @@ pub(crate) fn apply(
             e.fields = e.fields.difference(&changed).difference(&cmp.removed);
         }
     }
-    let object_changed = !cmp.added.is_empty() || !cmp.removed.is_empty() || !cmp.modified.is_empty();
+    let object_changed =
+        !cmp.added.is_empty() || !cmp.removed.is_empty() || !cmp.modified.is_empty();
     if object_changed || entries[mine].time.is_none() || last != applied {
         entries[mine].time = Some(now());
     }
@@ -210,7 +219,10 @@ fn conflict_error(conflicts: &[(String, FieldSet)]) -> ApiError {
     }
     all.sort();
     let message = if all.len() == 1 {
-        format!("Apply failed with 1 conflict: conflict with {}: {}", all[0].0, all[0].1)
+        format!(
+            "Apply failed with 1 conflict: conflict with {}: {}",
+            all[0].0, all[0].1
+        )
     } else {
         let mut lines = Vec::new();
         let mut current = "";
@@ -221,7 +233,11 @@ fn conflict_error(conflicts: &[(String, FieldSet)]) -> ApiError {
             }
             lines.push(format!("- {path}"));
         }
-        format!("Apply failed with {} conflicts: {}", all.len(), lines.join("\n"))
+        format!(
+            "Apply failed with {} conflicts: {}",
+            all.len(),
+            lines.join("\n")
+        )
     };
     let causes: Vec<Value> = all
         .iter()

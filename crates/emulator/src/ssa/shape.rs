@@ -30,8 +30,16 @@ const BUILTIN_LISTS: &[(&str, &str, &[&str])] = &[
     ("Pod", ".spec.initContainers", &["name"]),
     ("Pod", ".spec.containers[].env", &["name"]),
     ("Pod", ".spec.initContainers[].env", &["name"]),
-    ("Pod", ".spec.containers[].ports", &["containerPort", "protocol"]),
-    ("Pod", ".spec.initContainers[].ports", &["containerPort", "protocol"]),
+    (
+        "Pod",
+        ".spec.containers[].ports",
+        &["containerPort", "protocol"],
+    ),
+    (
+        "Pod",
+        ".spec.initContainers[].ports",
+        &["containerPort", "protocol"],
+    ),
     ("Pod", ".spec.containers[].volumeMounts", &["mountPath"]),
     ("Pod", ".spec.initContainers[].volumeMounts", &["mountPath"]),
     ("Pod", ".spec.volumes", &["name"]),
@@ -150,9 +158,7 @@ impl<'a> Shape<'a> {
 
     pub fn map_atomic(&self) -> bool {
         match self.crd {
-            Some(n) => {
-                n.get("x-kubernetes-map-type").and_then(Value::as_str) == Some("atomic")
-            }
+            Some(n) => n.get("x-kubernetes-map-type").and_then(Value::as_str) == Some("atomic"),
             None => BUILTIN_ATOMIC_MAPS
                 .iter()
                 .any(|(k, p)| *k == self.kind && *p == self.path),

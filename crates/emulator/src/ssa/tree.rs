@@ -22,14 +22,18 @@ fn fields_of(v: &Value, shape: &Shape, node: &mut FieldSet) {
                 if shape.ignored(k) {
                     continue;
                 }
-                let child = node.child(format!("f:{k}"));
+                let mut child = FieldSet::default();
                 let cs = shape.field(k);
                 match c {
                     Value::Object(cm) if !cm.is_empty() && !cs.map_atomic() => {
-                        fields_of(c, &cs, child)
+                        fields_of(c, &cs, &mut child)
                     }
-                    Value::Array(items) => list_fields(items, &cs, child),
+                    Value::Array(items) => list_fields(items, &cs, &mut child),
                     _ => child.member = true,
+                }
+                // A map of only server-managed fields (`metadata: {name}`) sets nothing.
+                if !child.is_empty() {
+                    node.children.insert(format!("f:{k}"), child);
                 }
             }
         }
