@@ -7,10 +7,13 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::crd::validate_crd;
+use super::event::EventType;
+use super::info::ResourceInfo;
 use super::meta::{
     has_finalizers, meta, meta_mut, meta_str, now_rfc3339, spec_differs, valid_name,
 };
-use super::{EventType, Obj, ResourceInfo, Store};
+use super::obj::Obj;
+use super::state::Store;
 use crate::errors::ApiError;
 use crate::ssa::{Ownership, record_update};
 use crate::{defaults, validation};
@@ -166,6 +169,7 @@ impl Store {
     }
 
     /// Replace an object (PUT, or the result of a patch) through the main or status endpoint.
+    #[allow(clippy::too_many_arguments)]
     pub fn update(
         &mut self,
         info: &Arc<ResourceInfo>,
