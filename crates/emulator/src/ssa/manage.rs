@@ -85,11 +85,21 @@ fn empty_like(t: &Target, new: &Value) -> Value {
 /// (`None` for a create): its `Update` entry gains those fields, every other entry loses
 /// them (and fields that were removed).
 pub(crate) fn record_update(t: &Target, old: Option<&Value>, new: &mut Value, manager: &str) {
-    let mut entries = old.map(decode).unwrap_or_default();
-    let base = old.cloned().unwrap_or_else(|| empty_like(t, new));
-    let cmp = compare(&base, new, &t.shape());
+    let empty;
+    let base = match old {
+        Some(o) => o,
+        None => {
+            empty = empty_like(t, new);
+            &empty
+        }
+    };
+    let cmp = compare(base, new, &t.shape());
     let mut changed = cmp.changed();
     t.scope(&mut changed);
+    if changed.is_empty() && cmp.removed.is_empty() {
+        return; // nothing changed hands: `new` keeps the stored entries
+    }
+    let mut entries = old.map(decode).unwrap_or_default();
     for e in &mut entries {
         e.fields = e.fields.difference(&changed).difference(&cmp.removed);
     }

@@ -13,3 +13,6 @@ mod shape;
 mod tree;
 
 pub(crate) use manage::{Ownership, Target, apply, check_config, record_update};
+
+#[cfg(test)]
+mod tests;

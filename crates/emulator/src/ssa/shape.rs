@@ -47,6 +47,10 @@ const BUILTIN_LISTS: &[(&str, &str, &[&str])] = &[
     ("Node", ".status.conditions", &["type"]),
 ];
 
+/// Fields of built-in kinds that an empty object of the kind already has (the API types do
+/// not omit them when empty), so a create does not own the field itself, only its content.
+const BUILTIN_ALWAYS_PRESENT: &[(&str, &str)] = &[("Pod", ".spec.containers")];
+
 /// Atomic maps of built-in kinds (kind, path).
 const BUILTIN_ATOMIC_MAPS: &[(&str, &str)] = &[("Service", ".spec.selector")];
 
@@ -154,6 +158,13 @@ impl<'a> Shape<'a> {
                     ListKind::Map(keys.to_vec())
                 }
             })
+    }
+
+    pub fn present_when_empty(&self) -> bool {
+        self.crd.is_none()
+            && BUILTIN_ALWAYS_PRESENT
+                .iter()
+                .any(|(k, p)| *k == self.kind && *p == self.path)
     }
 
     pub fn map_atomic(&self) -> bool {

@@ -2,6 +2,8 @@
 //! set of an applied configuration, the comparison of two objects, merging a configuration
 //! into a live object, and removing fields a manager gave up.
 
+use std::collections::{HashMap, HashSet};
+
 use serde_json::{Map, Value};
 
 use super::fieldset::FieldSet;
@@ -99,6 +101,11 @@ fn diff(
     path: &mut Vec<String>,
     c: &mut Comparison,
 ) {
+    if let (Some(o), Some(n)) = (old, new)
+        && o == n
+    {
+        return; // equal subtrees have no changes: most of an object on most writes
+    }
     let container = old.is_none_or(|o| is_container(o, shape))
         && new.is_none_or(|n| is_container(n, shape))
         && match (old, new) {
@@ -120,11 +127,12 @@ fn diff(
         diff(o, n, &s, path, c);
         path.pop();
     }
-    if path.is_empty() {
+    // The root and `metadata` itself are never owned (the server strips them).
+    if path.is_empty() || (path.len() == 1 && path[0] == "f:metadata") {
         return;
     }
     match (old, new) {
-        (None, Some(_)) => c.added.insert(path),
+        (None, Some(_)) if !shape.present_when_empty() => c.added.insert(path),
         (Some(_), None) => c.removed.insert(path),
         _ => {}
     }
@@ -166,12 +174,14 @@ fn children_of<'v, 's>(
             .unwrap_or_default()
     };
     let (ol, nl) = (keyed(old), keyed(new));
+    let new_by_key: HashMap<&str, &'v Value> = nl.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    let old_keys: HashSet<&str> = ol.iter().map(|(k, _)| k.as_str()).collect();
     for (k, o) in &ol {
-        let n = nl.iter().find(|(nk, _)| nk == k).map(|(_, v)| *v);
+        let n = new_by_key.get(k.as_str()).copied();
         out.push((k.clone(), Some(*o), n, item_shape.clone()));
     }
     for (k, n) in &nl {
-        if !ol.iter().any(|(ok, _)| ok == k) {
+        if !old_keys.contains(k.as_str()) {
             out.push((k.clone(), None, Some(*n), item_shape.clone()));
         }
     }
@@ -209,15 +219,19 @@ fn merge_list(live: &[Value], config: &[Value], shape: &Shape) -> Value {
     let kind = shape.list_kind();
     let item_shape = shape.items();
     let mut out = live.to_vec();
+    let mut index: HashMap<String, usize> = out
+        .iter()
+        .enumerate()
+        .map(|(i, x)| (kind.element(x, i), i))
+        .collect();
     for (i, item) in config.iter().enumerate() {
         let key = kind.element(item, i);
-        let found = out
-            .iter()
-            .enumerate()
-            .position(|(j, x)| kind.element(x, j) == key);
-        match found {
-            Some(j) => out[j] = merge(&out[j], item, &item_shape),
-            None => out.push(item.clone()),
+        match index.get(&key) {
+            Some(&j) => out[j] = merge(&out[j], item, &item_shape),
+            None => {
+                index.insert(key, out.len());
+                out.push(item.clone());
+            }
         }
     }
     Value::Array(out)
@@ -235,8 +249,10 @@ pub(crate) fn prune(v: &mut Value, gone: &FieldSet, shape: &Shape) {
                 };
                 let cs = shape.field(name);
                 let Some(cv) = m.get_mut(name) else { continue };
+                let was_empty = is_empty(cv);
                 prune(cv, g, &cs);
-                if g.member && is_empty_or_leaf(cv, &cs) {
+                // As on the server, a map or list emptied by the removal goes too.
+                if (g.member && is_empty_or_leaf(cv, &cs)) || (!was_empty && is_empty(cv)) {
                     m.remove(name);
                 }
             }
@@ -269,6 +285,14 @@ fn prune_items(items: &mut Vec<Value>, gone: &FieldSet, shape: &Shape) {
         }
     }
     *items = keep;
+}
+
+fn is_empty(v: &Value) -> bool {
+    match v {
+        Value::Object(m) => m.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        _ => false,
+    }
 }
 
 fn is_empty_or_leaf(v: &Value, shape: &Shape) -> bool {
