@@ -31,9 +31,31 @@
 //!   discovery (plain JSON is returned; clients fall back to it), no `/openapi` (404), so
 //!   `kubectl apply`/`create` need `--validate=false` (get/label/delete/describe/watch work).
 //! * Strategic merge patch is applied as a JSON merge patch (lists replaced wholesale,
-//!   `$patch`-style directives stripped). Server-side apply is create-or-merge-patch: no
-//!   `managedFields`, no field-manager conflicts (`force` ignored), fields dropped from an
-//!   applied configuration are not removed (`fieldManager` is still required, 422 if not).
+//!   `$patch`-style directives stripped).
+//! * Server-side apply and `metadata.managedFields` follow kube-apiserver
+//!   (structured-merge-diff; the `ssa` module): `Update` entries for creates, updates and
+//!   other patches under `fieldManager` or the User-Agent prefix; apply with ownership,
+//!   409 `FieldManagerConflict`s in the server's words, `force`, removal of fields a
+//!   manager stops applying unless another owns them, no-op applies without a write;
+//!   `/status` entries carry `subresource: status`. Still approximated:
+//!   - Built-in kinds have no OpenAPI schema here: only the associative lists an operator
+//!     touches are merged by key (`ownerReferences` by uid, `finalizers` as a set, Service
+//!     `ports` by port+protocol, pod `containers`/`initContainers`/`volumes` by name, their
+//!     `env` by name, `ports` by containerPort+protocol, `volumeMounts` by mountPath, pod
+//!     and node `status.conditions` by type); every other built-in list is atomic and only
+//!     Service `spec.selector` is an atomic map. Custom resources honour the CRD's
+//!     `x-kubernetes-list-type`/`-list-map-keys`/`-map-type`.
+//!   - Ownership of a map or list itself (`.` in `fieldsV1`) after a create follows the
+//!     types loosely: built-in `metadata`/`spec`/`status` and pod `containers` exist in an
+//!     empty object, everything else a create adds is owned as a whole too.
+//!   - Merged list items keep the live order; new items are appended (the server may
+//!     interleave them by the configuration's order).
+//!   - An applied field the schema does not declare is not rejected (the real server
+//!     answers 500 "field not declared in schema"); a missing or wrong `kind` is a 400
+//!     worded like the server's 500 "failed to create typed patch object".
+//!   - Clients cannot rewrite or clear `managedFields` (a PUT keeps the stored entries);
+//!     writes of the emulator's own (`Emulator::create_object`, `install_crd`, garbage
+//!     collection, bindings, graceful deletion) record no entry.
 //! * Built-in resources are not validated (beyond the object name and pod spec
 //!   immutability); defaulting covers the common pod/service fields only (see the
 //!   `defaults` module). Objects in unknown namespaces are accepted. Pods get
