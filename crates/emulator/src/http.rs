@@ -6,9 +6,7 @@
 //! clients accept as the fallback they list last in Accept. `/openapi/*` returns 404.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
@@ -19,23 +17,13 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::errors::ApiError;
-use super::faults::{Faults, Verb};
-use super::patch::{PatchKind, apply_patch, parse_apply_body};
-use super::requests::RequestLog;
+use super::faults::Verb;
+use super::patch::{field_manager, patch_object};
 use super::selectors::{FieldSelector, LabelSelector};
-use super::store::{DeleteOpts, Obj, ResourceInfo, SharedStore, WriteMode};
+use super::ssa::Ownership;
+use super::state::AppState;
+use super::store::{DeleteOpts, Obj, ResourceInfo, WriteMode};
 use super::watch;
-
-/// Shared server state.
-pub(crate) struct AppState {
-    pub store: SharedStore,
-    pub faults: Faults,
-    pub log: RequestLog,
-    pub drop_watches: Arc<tokio::sync::watch::Sender<u64>>,
-    pub shutdown: tokio::sync::watch::Receiver<bool>,
-    pub bookmark_interval: Duration,
-    pub addr: SocketAddr,
-}
 
 pub(crate) fn router(state: Arc<AppState>) -> Router {
     Router::new()
@@ -385,6 +373,7 @@ async fn resource(
     }
     let ns = ns.as_deref();
     let dry_run = q.contains_key("dryRun");
+    let manager = field_manager(q, headers);
     let mode = if sub == Some("status") {
         WriteMode::Status
     } else {
@@ -436,56 +425,24 @@ async fn resource(
             if name.is_some() {
                 return Err(ApiError::method_not_allowed());
             }
-            let o = st.store.lock().create(&info, ns, v, dry_run)?;
+            let owner = Ownership::Update(&manager);
+            let o = st.store.lock().create(&info, ns, v, dry_run, owner)?;
             Ok(json_response(201, &*o))
         }
         Verb::Update => {
             let v = parse_body(body)?;
-            let o =
-                st.store
-                    .lock()
-                    .update(&info, ns, name.unwrap_or_default(), v, mode, dry_run)?;
+            let name = name.unwrap_or_default();
+            let owner = Ownership::Update(&manager);
+            let o = st
+                .store
+                .lock()
+                .update(&info, ns, name, v, mode, dry_run, owner)?;
             Ok(json_response(200, &*o))
         }
         Verb::Patch => {
             let name = name.unwrap_or_default();
-            let ct = headers
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            let kind = PatchKind::from_content_type(ct).ok_or_else(|| {
-                ApiError::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {ct})"))
-            })?;
-            if kind == PatchKind::Apply && q.get("fieldManager").is_none_or(|f| f.is_empty()) {
-                return Err(ApiError::invalid(
-                    "PatchOptions",
-                    "meta.k8s.io",
-                    "",
-                    vec![(
-                        "fieldManager".into(),
-                        "fieldManager: Required value: is required for apply patch".into(),
-                    )],
-                ));
-            }
-            let mut store = st.store.lock();
-            let current = match store.get(&info, ns, name) {
-                Ok(c) => c,
-                Err(e) if kind == PatchKind::Apply && mode == WriteMode::Main => {
-                    // Server-side apply of a missing object creates it.
-                    let _ = e;
-                    let mut v = parse_apply_body(body)?;
-                    if !v.get("metadata").is_some_and(Value::is_object) {
-                        v["metadata"] = json!({});
-                    }
-                    v["metadata"]["name"] = json!(name);
-                    let o = store.create(&info, ns, v, dry_run)?;
-                    return Ok(json_response(201, &*o));
-                }
-                Err(e) => return Err(e),
-            };
-            let patched = apply_patch(kind, &current, body)?;
-            let o = store.update(&info, ns, name, patched, mode, dry_run)?;
-            Ok(json_response(200, &*o))
+            let (code, o) = patch_object(&st.store, &info, ns, name, mode, q, headers, body)?;
+            Ok(json_response(code, &*o))
         }
         Verb::Delete => {
             let opts = delete_opts(q, body)?;

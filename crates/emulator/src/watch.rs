@@ -24,8 +24,8 @@ use tokio::time::Instant;
 
 use super::errors::ApiError;
 use super::faults::Stalls;
-use super::http::AppState;
 use super::selectors::{FieldSelector, LabelSelector};
+use super::state::AppState;
 use super::store::{EventRecord, EventType, ResourceInfo, WatchStart};
 
 struct WatchCtx {

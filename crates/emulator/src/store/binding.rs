@@ -4,8 +4,11 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use super::event::EventType;
+use super::info::ResourceInfo;
 use super::meta::{meta, meta_str, now_rfc3339};
-use super::{EventType, Obj, ResourceInfo, Store};
+use super::obj::Obj;
+use super::state::Store;
 use crate::errors::ApiError;
 
 impl Store {

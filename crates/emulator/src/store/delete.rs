@@ -5,10 +5,13 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use super::event::EventType;
+use super::info::ResourceInfo;
 use super::meta::{
     format_rfc3339, has_finalizers, in_seconds_rfc3339, meta, meta_mut, meta_str, now_rfc3339,
 };
-use super::{EventType, Obj, ResourceInfo, Store};
+use super::obj::Obj;
+use super::state::Store;
 use crate::errors::ApiError;
 
 /// Options for a delete.

@@ -5,8 +5,11 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::delete::DeleteOpts;
+use super::event::EventType;
+use super::info::ResourceInfo;
 use super::meta::{meta_mut, owner_uids};
-use super::{DeleteOpts, EventType, ResourceInfo, Store};
+use super::state::Store;
 
 impl Store {
     /// Background garbage collection for the dependents of a removed owner.

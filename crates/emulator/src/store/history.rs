@@ -1,86 +1,18 @@
-//! Watch events: the event record shared by the history and all watchers, the bounded
-//! history used to resume watches from a resourceVersion, and setting up a watch.
+//! The bounded history of watch events used to resume watches from a resourceVersion, and
+//! setting up a watch.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
-use bytes::Bytes;
 use tokio::sync::broadcast;
 
+use super::event::{EventRecord, EventType};
+use super::info::ResourceInfo;
 use super::meta::meta_str;
-use super::{Obj, ResourceInfo, Store};
+use super::obj::Obj;
+use super::state::Store;
 use crate::errors::ApiError;
-
-/// Watch event type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventType {
-    /// ADDED
-    Added,
-    /// MODIFIED
-    Modified,
-    /// DELETED
-    Deleted,
-}
-
-impl EventType {
-    /// Wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventType::Added => "ADDED",
-            EventType::Modified => "MODIFIED",
-            EventType::Deleted => "DELETED",
-        }
-    }
-}
-
-/// One change to the store.
-#[derive(Debug)]
-pub struct EventRecord {
-    /// resourceVersion of this change.
-    pub rv: u64,
-    /// Storage key of the resource type.
-    pub key: String,
-    /// Namespace ("" for cluster-scoped).
-    pub ns: String,
-    /// Type of change.
-    pub etype: EventType,
-    /// Object after the change (for DELETED: the last state, with the deletion's RV).
-    pub object: Obj,
-    /// Object before the change (MODIFIED only), for selector transitions.
-    pub old: Option<Obj>,
-    /// When the change was made (for `watch_latency`, which delays delivery from here).
-    pub emitted: tokio::time::Instant,
-    json: OnceLock<Bytes>,
-}
-
-impl EventRecord {
-    pub(crate) fn new(
-        rv: u64,
-        key: String,
-        ns: String,
-        etype: EventType,
-        object: Obj,
-        old: Option<Obj>,
-    ) -> Self {
-        Self {
-            rv,
-            key,
-            ns,
-            etype,
-            object,
-            old,
-            emitted: tokio::time::Instant::now(),
-            json: OnceLock::new(),
-        }
-    }
-
-    /// Serialized object, computed once and shared by all watchers.
-    pub fn object_json(&self) -> &Bytes {
-        self.json
-            .get_or_init(|| Bytes::from(serde_json::to_vec(&*self.object).unwrap_or_default()))
-    }
-}
 
 /// Start state for a watch.
 pub struct WatchStart {

@@ -1,7 +1,7 @@
 //! Deterministic identifiers: uids and `generateName` suffixes, drawn from a seeded RNG
 //! (splitmix64) so that runs with the same seed produce the same names.
 
-use super::Store;
+use super::state::Store;
 
 impl Store {
     fn rand(&mut self) -> u64 {

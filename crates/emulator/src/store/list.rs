@@ -6,7 +6,9 @@ use std::ops::Bound;
 
 use serde_json::Value;
 
-use super::{Obj, ObjKey, ResourceInfo, Store};
+use super::info::ResourceInfo;
+use super::obj::{Obj, ObjKey};
+use super::state::Store;
 use crate::errors::ApiError;
 use crate::selectors::{FieldSelector, LabelSelector};
 

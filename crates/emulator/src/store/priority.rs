@@ -6,7 +6,7 @@
 
 use serde_json::{Value, json};
 
-use super::Store;
+use super::state::Store;
 use crate::errors::ApiError;
 
 const CLASSES: &str = "priorityclasses.scheduling.k8s.io";

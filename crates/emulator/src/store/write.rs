@@ -7,11 +7,15 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::crd::validate_crd;
+use super::event::EventType;
+use super::info::ResourceInfo;
 use super::meta::{
     has_finalizers, meta, meta_mut, meta_str, now_rfc3339, spec_differs, valid_name,
 };
-use super::{EventType, Obj, ResourceInfo, Store};
+use super::obj::Obj;
+use super::state::Store;
 use crate::errors::ApiError;
+use crate::ssa::{Ownership, record_update};
 use crate::{defaults, validation};
 
 /// Which endpoint a write goes through.
@@ -31,6 +35,7 @@ impl Store {
         ns: Option<&str>,
         mut obj: Value,
         dry_run: bool,
+        owner: Ownership<'_>,
     ) -> Result<Obj, ApiError> {
         if !obj.is_object() {
             return Err(ApiError::bad_request(
@@ -116,7 +121,9 @@ impl Store {
             m.remove("deletionTimestamp");
             m.remove("deletionGracePeriodSeconds");
             m.remove("resourceVersion");
-            m.remove("managedFields");
+            if owner != Ownership::Applied {
+                m.remove("managedFields");
+            }
         }
         if info.is("", "pods") {
             self.admit_priority(&mut obj, &name)?;
@@ -147,6 +154,9 @@ impl Store {
         if info.schema.is_some() {
             validation::validate_custom(info, &mut obj, None)?;
         }
+        if let Ownership::Update(manager) = owner {
+            record_update(&info.target(None), None, &mut obj, manager);
+        }
         if dry_run {
             return Ok(Arc::new(obj));
         }
@@ -159,6 +169,7 @@ impl Store {
     }
 
     /// Replace an object (PUT, or the result of a patch) through the main or status endpoint.
+    #[allow(clippy::too_many_arguments)]
     pub fn update(
         &mut self,
         info: &Arc<ResourceInfo>,
@@ -167,6 +178,7 @@ impl Store {
         mut new: Value,
         mode: WriteMode,
         dry_run: bool,
+        owner: Ownership<'_>,
     ) -> Result<Obj, ApiError> {
         let old = self.get(info, ns, name)?;
         if !new.is_object() {
@@ -179,6 +191,12 @@ impl Store {
         {
             return Err(ApiError::stale(&info.plural, &info.group, name));
         }
+        // Clients cannot write managedFields (see the crate docs); apply computed them.
+        let fields = match owner {
+            Ownership::Applied => meta(&new).get("managedFields"),
+            _ => meta(&old).get("managedFields"),
+        }
+        .cloned();
         if let Some(n) = meta_str(&new, "name").filter(|n| !n.is_empty())
             && n != name
         {
@@ -209,13 +227,13 @@ impl Store {
                         "deletionTimestamp",
                         "deletionGracePeriodSeconds",
                         "generation",
+                        "managedFields",
                     ] {
                         match old_meta.get(k) {
                             Some(v) => m.insert(k.into(), v.clone()),
                             None => m.remove(k),
                         };
                     }
-                    m.remove("managedFields");
                 }
                 new["apiVersion"] = json!(info.api_version());
                 new["kind"] = json!(info.kind);
@@ -255,6 +273,14 @@ impl Store {
         }
         if info.is("apiextensions.k8s.io", "customresourcedefinitions") && mode == WriteMode::Main {
             validate_crd(&result, name)?;
+        }
+        match fields {
+            Some(f) => meta_mut(&mut result).insert("managedFields".into(), f),
+            None => meta_mut(&mut result).remove("managedFields"),
+        };
+        if let Ownership::Update(manager) = owner {
+            let sub = (mode == WriteMode::Status).then_some("status");
+            record_update(&info.target(sub), Some(&old), &mut result, manager);
         }
         if result == *old {
             return Ok(old); // no-op: no write, no new resourceVersion
