@@ -156,7 +156,19 @@ async fn the_service_is_mended_by_apply_when_ours_and_left_alone_when_not() {
         let ports = s.spec.as_ref().unwrap().ports.clone().unwrap_or_default();
         ports.into_iter().map(|p| (p.name, p.port)).collect()
     };
-    assert_eq!(ports(&mended), ports(&desired));
+    // Ours is back; the port the other writer added is theirs, and apply leaves it (as
+    // kube-apiserver does with an associative list).
+    let wanted = ports(&desired);
+    assert!(
+        wanted.iter().all(|p| ports(&mended).contains(p)),
+        "{:?}",
+        ports(&mended)
+    );
+    assert!(ports(&mended).contains(&(Some("x".into()), 1)));
+    assert!(
+        !ensure_service(&api, Some(&mended), &desired).await.unwrap(),
+        "settled: no write"
+    );
 
     // Another owner's Service of that name is never touched.
     let mut foreign = mended.clone();

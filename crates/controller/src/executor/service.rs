@@ -77,14 +77,16 @@ fn holds(current: &Service, desired: &Service) -> Result<bool> {
     Ok(contains(&value(current)?, &value(desired)?))
 }
 
-/// `wanted` is a part of `have`: objects key by key, everything else equal.
+/// `wanted` is a part of `have`: objects key by key, each wanted list item in some item of
+/// the list, everything else equal. Items others added to a list (a port, an owner) are
+/// theirs, as server-side apply keeps them: applying again would not remove them.
 fn contains(have: &Value, wanted: &Value) -> bool {
     match (have, wanted) {
         (Value::Object(have), Value::Object(wanted)) => wanted
             .iter()
             .all(|(k, w)| have.get(k).is_some_and(|h| contains(h, w))),
         (Value::Array(have), Value::Array(wanted)) => {
-            have.len() == wanted.len() && have.iter().zip(wanted).all(|(h, w)| contains(h, w))
+            wanted.iter().all(|w| have.iter().any(|h| contains(h, w)))
         }
         _ => have == wanted,
     }
@@ -105,8 +107,11 @@ mod tests {
         let drifted = json!({"spec": {"clusterIP": "None", "ports": [{"port": 8472}]}});
         assert!(!contains(&drifted, &wanted));
         let extra_port = json!({"spec": {"clusterIP": "None",
-                                         "ports": [{"port": 8471}, {"port": 1}]}});
-        assert!(!contains(&extra_port, &wanted), "a port we do not want");
+                                         "ports": [{"port": 1}, {"port": 8471}]}});
+        assert!(
+            contains(&extra_port, &wanted),
+            "a port someone added is theirs"
+        );
     }
 
     #[test]
