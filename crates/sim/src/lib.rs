@@ -101,7 +101,7 @@ pub fn now_rfc3339_micros() -> String {
         .to_string()
 }
 
-/// `slice-operator fake-kubelet`: creates the pools that are missing, then runs a fake
+/// `slice-sim fake-kubelet`: creates the pools that are missing, then runs a fake
 /// kubelet limited to the simulator's nodes (label [`nodes::SIM_NODE_LABEL`]) until
 /// `shutdown` resolves. `options.scheduler` says who binds pods (the command's default is
 /// [`SchedulerMode::Auto`]: not the fake kubelet when a kube-scheduler runs).

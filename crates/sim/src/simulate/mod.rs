@@ -1,4 +1,4 @@
-//! `slice-operator simulate`: the API emulator, fake TPU node pools, a fake kubelet and the
+//! `slice-sim simulate`: the API emulator, fake TPU node pools, a fake kubelet and the
 //! operator in one process, driven by a scenario file. Prints a line per change and ends
 //! with a summary of what the operator did, how long each recovery took and each cluster's
 //! goodput. With `compare: {withoutSpares: true}` the scenario runs twice, each time on a
