@@ -28,6 +28,13 @@
 //! every 50 ms. Not timed: seeding nodes, starting the operator and waiting for its caches,
 //! the waits for quiet, deletions. The operator's requests are told from the fake kubelet's
 //! and the bench's by `requests::who`.
+//!
+//! * `settings`: sizes, addresses, deadlines and the knobs ([`Settings`]).
+//! * `operator`: the operator's process, its start-up, reconciles and quiet.
+//! * `pods`: the bench's own pod watch ([`PodTracker`]).
+//! * `cluster`: one TrainCluster created and timed, then deleted.
+//! * `steady`: node heartbeats and what the operator does meanwhile.
+//! * `ceiling`: the plain create loop ([`PLAIN_LOOP_MODE`]).
 
 pub(crate) mod ceiling;
 pub(crate) mod cluster;
