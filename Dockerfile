@@ -2,8 +2,8 @@
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .
-# Without the default `sim` feature: the image carries no emulator and no simulator.
-RUN cargo build --release --locked -p slice-operator --no-default-features
+# The operator binary only: the emulator and the simulator are test equipment (slice-sim).
+RUN cargo build --release --locked -p slice-operator --bin slice-operator
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /src/target/release/slice-operator /slice-operator

@@ -26,7 +26,6 @@ fmt-check:
 
 clippy:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	$(CARGO) clippy -p slice-operator --no-default-features -- -D warnings
 
 build:
 	$(CARGO) build
@@ -60,7 +59,7 @@ contract: setup build ## env contract against the real jax package's GKE TPU det
 	CI_REQUIRE_BINARY=1 SLICE_OPERATOR_BIN=$(CURDIR)/$(BIN) $(VENV_PY) -m pytest tests/contract -q
 
 simulate: ## the default scenario on an embedded, simulated cluster (no cluster needed)
-	$(CARGO) run --release -- simulate
+	$(CARGO) run --release -p slice-sim -- simulate
 
 e2e: ## the e2e scenarios against $$KUBECONFIG (operator installed there), or a control plane the suite starts from $$KUBEBUILDER_ASSETS
 	E2E_EXTERNAL=1 $(CARGO) test -p slice-operator --test e2e -- --test-threads=1

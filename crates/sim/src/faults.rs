@@ -5,7 +5,8 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams};
 use serde_json::json;
 
-use super::{SimError, now_rfc3339};
+use crate::clock::now_rfc3339;
+use crate::error::SimError;
 
 /// Status patch of a container crash that the kubelet already restarted: `restartCount + 1`,
 /// `lastState.terminated` with `exit_code`, state running again. `container` defaults to the

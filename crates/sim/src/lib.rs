@@ -18,7 +18,10 @@
 //! * [`faults`]: crash a container, fail a pod, delete or evict a pod.
 //! * [`scenario`]: the YAML scenario format and [`run_timeline`]: `format`, `duration`,
 //!   `pod_ref`, `train_clusters`, `actions`, `conditions`, `timeline`, `report`.
-//! * [`simulate`]: the `simulate` command (emulator + operator + scenario, with a summary,
+//! * `error` ([`SimError`]), `clock` (API timestamps), `chart_objects`
+//!   ([`install_chart_objects`]), `fake_kubelet_mode` ([`run_fake_kubelet_mode`]): leaves the
+//!   modules above share, re-exported here.
+//! * [`simulate`]: `slice-sim simulate` (emulator + operator + scenario, with a summary,
 //!   goodput per cluster, and optionally a second run without hot spares side by side).
 //!
 //! Every public item keeps the path of its parent module (e.g. `nodes::build_node`,
@@ -46,6 +49,10 @@
 //! controller-manager's PodGC), PodDisruptionBudgets, the `google.com/tpu` node
 //! taint GKE puts on TPU pools.
 
+mod chart_objects;
+mod clock;
+mod error;
+mod fake_kubelet_mode;
 pub mod faults;
 pub mod kubelet;
 pub mod nodes;
@@ -55,10 +62,10 @@ pub mod simulate;
 #[cfg(test)]
 mod test_support;
 
-use std::future::Future;
-
-use kube::Client;
-
+pub use chart_objects::install_chart_objects;
+pub use clock::{now_rfc3339, now_rfc3339_micros};
+pub use error::SimError;
+pub use fake_kubelet_mode::run_fake_kubelet_mode;
 pub use faults::{complete_pod, crash_container, delete_pod, evict_pod, fail_pod};
 pub use kubelet::{FakeKubelet, KubeletEvent, KubeletOptions, SchedulerMode};
 pub use nodes::{
@@ -69,78 +76,3 @@ pub use nodes::{
 pub use scenario::{
     Scenario, StepReport, StepStatus, TimelineOptions, run_scenario, run_timeline, setup_scenario,
 };
-
-/// Errors of the simulator.
-#[derive(Debug, thiserror::Error)]
-pub enum SimError {
-    #[error("kube: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("json: {0}")]
-    Json(#[from] serde_json::Error),
-    #[error("yaml: {0}")]
-    Yaml(#[from] serde_yaml::Error),
-    #[error("invalid: {0}")]
-    Invalid(String),
-    #[error("not found: {0}")]
-    NotFound(String),
-    #[error("timed out: {0}")]
-    Timeout(String),
-}
-
-/// Now, as an RFC 3339 timestamp with whole seconds (the Kubernetes `Time` format).
-pub fn now_rfc3339() -> String {
-    jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
-}
-
-/// Now as a `MicroTime` (a Lease's `renewTime`).
-pub fn now_rfc3339_micros() -> String {
-    jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
-        .to_string()
-}
-
-/// `slice-operator fake-kubelet`: creates the pools that are missing, then runs a fake
-/// kubelet limited to the simulator's nodes (label [`nodes::SIM_NODE_LABEL`]) until
-/// `shutdown` resolves. `options.scheduler` says who binds pods (the command's default is
-/// [`SchedulerMode::Auto`]: not the fake kubelet when a kube-scheduler runs).
-pub async fn run_fake_kubelet_mode(
-    client: Client,
-    pools: Vec<NodePoolSpec>,
-    options: KubeletOptions,
-    shutdown: impl Future<Output = ()>,
-) -> Result<(), SimError> {
-    add_pools(&client, &pools).await?;
-    let options = KubeletOptions {
-        node_selector: options
-            .node_selector
-            .or_else(|| Some(nodes::SIM_NODE_SELECTOR.to_string())),
-        ..options
-    };
-    let kubelet = FakeKubelet::run(client, options);
-    shutdown.await;
-    kubelet.stop().await;
-    Ok(())
-}
-
-/// Install into an emulated API server what the chart installs beside the operator: the
-/// TrainCluster CRD and the PriorityClass of hot spare placeholders (kube-apiserver's
-/// Priority admission refuses pods naming a class that does not exist, and so does the
-/// emulator).
-pub fn install_chart_objects(emulator: &slice_emulator::Emulator) -> Result<(), SimError> {
-    use slice_core::constants::{SPARE_PRIORITY_CLASS, SPARE_PRIORITY_VALUE};
-    emulator
-        .install_crd(&slice_core::api::crd())
-        .map_err(|e| SimError::Invalid(format!("installing the CRD: {e}")))?;
-    let class = serde_json::json!({
-        "metadata": {"name": SPARE_PRIORITY_CLASS},
-        "value": SPARE_PRIORITY_VALUE,
-        "preemptionPolicy": "Never",
-        "globalDefault": false,
-    });
-    emulator
-        .create_object("scheduling.k8s.io/v1", "priorityclasses", None, class)
-        .map_err(|e| SimError::Invalid(format!("creating the spare PriorityClass: {e:?}")))?;
-    Ok(())
-}

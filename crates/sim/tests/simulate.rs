@@ -1,4 +1,4 @@
-//! `slice-operator simulate` end to end on a short scenario: progress is printed, the
+//! `slice-sim simulate` end to end on a short scenario: progress is printed, the
 //! operator recovers from each fault, and the summary reports what happened.
 
 use std::sync::{Arc, Mutex};

@@ -17,11 +17,11 @@
 //!   requests and reconciles per minute in a steady state while every node posts a status
 //!   heartbeat every 10 s. Knobs: `ROUNDS` (3), `CEILING_CONCURRENCY` (16),
 //!   `HEARTBEAT_SECS` (30), `HEARTBEAT_INTERVAL_SECS` (10), `FOREIGN_PODS` (0). See
-//!   `e2e_load/create64.rs` for what is and is not timed.
+//!   `e2e_load/create64/mod.rs` for what is and is not timed.
 //!
 //! `E2E_LOAD=create64 cargo bench -p slice-operator --bench e2e_load`
 
-#[path = "e2e_load/create64.rs"]
+#[path = "e2e_load/create64/mod.rs"]
 mod create64;
 #[path = "e2e_load/create64_report.rs"]
 mod create64_report;

@@ -9,9 +9,6 @@ use slice_controller::{self as operator, OperatorConfig};
 use slice_core::api::TrainCluster;
 use slice_core::planner::render::preview_pods;
 
-#[cfg(feature = "sim")]
-mod sim_commands;
-
 #[derive(Parser)]
 #[command(
     name = "slice-operator",
@@ -27,39 +24,6 @@ struct Cli {
 enum Command {
     /// Run the operator against a cluster (kubeconfig or in-cluster service account).
     Run(OperatorConfig),
-    #[cfg(feature = "sim")]
-    /// Run a scenario on an embedded, simulated cluster: API emulator, fake TPU node pools,
-    /// fake kubelet and the operator in one process. No real cluster needed.
-    Simulate {
-        /// Scenario file (see examples/); the built-in default scenario when omitted.
-        scenario: Option<PathBuf>,
-        /// Keep the emulated API running afterwards and write a kubeconfig for kubectl here.
-        #[arg(long, value_name = "KUBECONFIG_OUT", num_args = 0..=1, default_missing_value = "simulate.kubeconfig")]
-        serve: Option<PathBuf>,
-        /// Seconds to wait for every cluster to settle after the timeline.
-        #[arg(long, default_value_t = 60)]
-        settle_timeout: u64,
-    },
-    #[cfg(feature = "sim")]
-    /// Create fake TPU node pools in a real cluster without kubelets for them, and act as
-    /// their kubelet (bind, run, report status) until interrupted.
-    FakeKubelet {
-        /// Kubeconfig file (default: $KUBECONFIG or ~/.kube/config).
-        #[arg(long)]
-        kubeconfig: Option<PathBuf>,
-        /// A node pool as NAME=ACCELERATOR:TOPOLOGY, e.g. pool-a=tpu-v6e-slice:2x4. Repeatable.
-        #[arg(long = "pool", required = true)]
-        pools: Vec<String>,
-        /// Who binds pods to the fake nodes: `own` (this command), `external` (a real
-        /// kube-scheduler; this command only plays the kubelet), or `auto` (external when
-        /// the kube-system/kube-scheduler Lease exists).
-        #[arg(long, default_value = "auto")]
-        scheduler: slice_sim::SchedulerMode,
-        /// Seconds a deleted pod's containers take to stop (phase `Failed` with exit 143)
-        /// before its deletion is confirmed: a TPU workload can take seconds to exit.
-        #[arg(long, default_value_t = 0.1)]
-        termination_delay: f64,
-    },
     /// Print the TrainCluster CustomResourceDefinition as YAML.
     Crd,
     /// Print the worker pods a TrainCluster would get with N slices per group, as JSON.
@@ -79,33 +43,6 @@ fn main() -> ExitCode {
         Command::Crd => print_crd(),
         Command::RenderPods { file, slices } => render(&file, slices),
         Command::Run(config) => runtime().and_then(|rt| rt.block_on(run(config))),
-        #[cfg(feature = "sim")]
-        Command::Simulate {
-            scenario,
-            serve,
-            settle_timeout,
-        } => runtime()
-            .and_then(|rt| rt.block_on(sim_commands::simulate(scenario, serve, settle_timeout))),
-        #[cfg(feature = "sim")]
-        Command::FakeKubelet {
-            kubeconfig,
-            pools,
-            scheduler,
-            termination_delay,
-        } => runtime().and_then(|rt| {
-            rt.block_on(async {
-                let shutdown = shutdown_signal();
-                let options = slice_sim::KubeletOptions {
-                    scheduler,
-                    termination_delay: std::time::Duration::try_from_secs_f64(termination_delay)
-                        .map_err(|e| {
-                            anyhow::anyhow!("--termination-delay {termination_delay}: {e}")
-                        })?,
-                    ..Default::default()
-                };
-                sim_commands::fake_kubelet(kubeconfig, pools, options, shutdown).await
-            })
-        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -7,8 +7,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 
-use super::KubeletEvent;
-use super::plan::KubeletAction;
+use super::action::KubeletAction;
+use super::events::KubeletEvent;
 
 /// The Binding object a scheduler POSTs to `pods/{name}/binding`.
 pub fn binding_for(namespace: &str, name: &str, uid: &str, node: &str) -> Binding {

@@ -10,7 +10,11 @@
 //! The loop keeps two reflectors (pods, nodes) and, on every change and every `resync` tick,
 //! runs one pass of [`KubeletCore::plan`] (pure) and executes the resulting actions.
 //!
+//! * `options`: [`KubeletOptions`] and [`SchedulerMode`].
+//! * `action`: [`KubeletAction`], one thing the kubelet decided to do, and why it refuses a
+//!   pod at admission.
 //! * `plan`: [`KubeletCore`], deciding what to do ([`KubeletAction`]) from pods and nodes.
+//! * `events`: [`KubeletEvent`], what the kubelet did, for progress output and tests.
 //! * `pod_status`: the status patches a kubelet would write (Running, Ready/unready).
 //! * `execute`: carrying out an action against the API server (binding, status, delete).
 //! * `run_loop`: [`FakeKubelet`], the watch-plan-execute loop as a tokio task.
@@ -19,143 +23,25 @@
 //! * `start_cost`: [`StartCosts`] and [`StartCostModel`]: image pulls (cold or warm per
 //!   node), container start and TPU initialisation, the node's pulled images remembered.
 
+mod action;
+mod events;
 mod execute;
 mod node_lease;
+mod options;
 mod plan;
 mod pod_status;
 mod run_loop;
 mod start_cost;
 
-use std::time::Duration;
-
-use tokio::sync::mpsc;
-
+pub use action::{DeleteReason, KubeletAction, Refusal, UNEXPECTED_ADMISSION_REASON};
+pub use events::KubeletEvent;
 pub use execute::{bind_pod, binding_for, force_delete_pod};
 pub use node_lease::{NODE_LEASE_NAMESPACE, RENEW_INTERVAL, kubelet_alive, node_lease};
-pub use plan::{DeleteReason, KubeletAction, KubeletCore, Refusal, UNEXPECTED_ADMISSION_REASON};
+pub use options::{KubeletOptions, SchedulerMode};
+pub use plan::KubeletCore;
 pub use pod_status::{
     OUT_OF_TPU_REASON, pod_ip, ready_status_patch, rejected_status_patch, running_status_patch,
     started_status_patch, stopped_status_patch,
 };
 pub use run_loop::{FakeKubelet, resolve_scheduler_mode};
 pub use start_cost::{StartCostModel, StartCosts, StartTimes, is_tpu_worker, node_key, pod_images};
-
-/// Who binds pending pods to the simulator's nodes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SchedulerMode {
-    /// The fake kubelet schedules: it binds pending pods itself (no other scheduler runs).
-    #[default]
-    Own,
-    /// A real scheduler binds pods: the fake kubelet never binds, it only plays kubelet for
-    /// the pods bound to its nodes.
-    External,
-    /// `External` when a Lease `kube-scheduler` exists in `kube-system` (a kube-scheduler
-    /// with leader election runs), else `Own`; decided once, when the kubelet starts.
-    Auto,
-}
-
-impl std::fmt::Display for SchedulerMode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            SchedulerMode::Own => "own",
-            SchedulerMode::External => "external",
-            SchedulerMode::Auto => "auto",
-        })
-    }
-}
-
-impl std::str::FromStr for SchedulerMode {
-    type Err = String;
-
-    /// `own`, `external` or `auto` (any case).
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.to_ascii_lowercase().as_str() {
-            "own" => Ok(SchedulerMode::Own),
-            "external" => Ok(SchedulerMode::External),
-            "auto" => Ok(SchedulerMode::Auto),
-            _ => Err(format!(
-                "unknown scheduler mode {s:?}: expected own, external or auto"
-            )),
-        }
-    }
-}
-
-/// Options of the fake kubelet.
-#[derive(Debug, Clone)]
-pub struct KubeletOptions {
-    /// Only pods in this namespace (all namespaces when `None`).
-    pub namespace: Option<String>,
-    /// Only pods matching this label selector, e.g. `slices.dev/cluster` (all when `None`).
-    pub pod_selector: Option<String>,
-    /// Only nodes matching this label selector (all when `None`). Pods bound to other nodes
-    /// are left alone (a real kubelet owns them).
-    pub node_selector: Option<String>,
-    /// Only pods with this `spec.schedulerName` are bound (any when `None`).
-    pub scheduler_name: Option<String>,
-    /// Who binds pending pods (default [`SchedulerMode::Own`]).
-    pub scheduler: SchedulerMode,
-    /// Delay from binding to Running (to the start of the image pulls with `start_costs`).
-    pub start_delay: Duration,
-    /// What a start costs beyond `start_delay`: image pulls (cold or warm per node),
-    /// container start, TPU initialisation before Ready. `None`: Running and Ready at once.
-    pub start_costs: Option<StartCosts>,
-    /// Time the containers take to stop once a pod on a Ready node is marked for deletion,
-    /// before the kubelet confirms the deletion.
-    pub termination_delay: Duration,
-    /// How long a bound pod's node must be missing before the pod is deleted.
-    pub orphan_grace: Duration,
-    /// Re-issue an action whose effect is not yet visible after this long.
-    pub retry_after: Duration,
-    /// Periodic pass even without watch events.
-    pub resync: Duration,
-    /// Receives one event per applied action, for progress output and tests.
-    pub events: Option<mpsc::UnboundedSender<KubeletEvent>>,
-}
-
-impl Default for KubeletOptions {
-    fn default() -> Self {
-        KubeletOptions {
-            namespace: None,
-            pod_selector: None,
-            node_selector: None,
-            scheduler_name: None,
-            scheduler: SchedulerMode::Own,
-            start_delay: Duration::ZERO,
-            start_costs: None,
-            termination_delay: Duration::from_millis(100),
-            orphan_grace: Duration::from_millis(500),
-            retry_after: Duration::from_secs(2),
-            resync: Duration::from_millis(500),
-            events: None,
-        }
-    }
-}
-
-/// What the kubelet did (or failed to do).
-#[derive(Debug, Clone, PartialEq)]
-pub enum KubeletEvent {
-    Bound {
-        pod: String,
-        node: String,
-    },
-    Started {
-        pod: String,
-    },
-    ReadyChanged {
-        pod: String,
-        ready: bool,
-    },
-    Deleted {
-        pod: String,
-        reason: DeleteReason,
-    },
-    /// Not admitted: failed with this reason (e.g. [`OUT_OF_TPU_REASON`]).
-    Rejected {
-        pod: String,
-        reason: String,
-    },
-    Failed {
-        pod: String,
-        error: String,
-    },
-}

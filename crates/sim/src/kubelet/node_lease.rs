@@ -69,7 +69,7 @@ pub fn node_lease(node: &Node, renew_time: &str) -> serde_json::Value {
 /// logged: the next round tries again, as a kubelet does.
 pub async fn renew_all(client: &Client, nodes: &[std::sync::Arc<Node>]) {
     let api: Api<Lease> = Api::namespaced(client.clone(), NODE_LEASE_NAMESPACE);
-    let now = crate::now_rfc3339_micros();
+    let now = crate::clock::now_rfc3339_micros();
     let params = PatchParams::apply(MANAGER).force();
     futures::stream::iter(nodes.iter().filter(|n| kubelet_alive(n)))
         .for_each_concurrent(8, |node| {

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::json;
 
-use crate::now_rfc3339;
+use crate::clock::now_rfc3339;
 
 pub(super) fn pod_ready(pod: &Pod) -> bool {
     pod.status

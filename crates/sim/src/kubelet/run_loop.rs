@@ -14,9 +14,10 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::events::KubeletEvent;
 use super::execute::execute;
+use super::options::{KubeletOptions, SchedulerMode};
 use super::plan::KubeletCore;
-use super::{KubeletEvent, KubeletOptions, SchedulerMode};
 
 /// Namespace and name of the Lease a kube-scheduler with leader election holds.
 const SCHEDULER_LEASE: (&str, &str) = ("kube-system", "kube-scheduler");

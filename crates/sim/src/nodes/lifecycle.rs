@@ -18,7 +18,8 @@ use serde_json::json;
 
 use super::node_edits::{edit_node_status, edit_taints};
 use super::node_object::taint;
-use crate::{SimError, now_rfc3339};
+use crate::clock::now_rfc3339;
+use crate::error::SimError;
 use slice_core::constants::{TAINT_NOT_READY, TAINT_UNREACHABLE};
 
 /// A node's readiness, as its Ready condition says it.
@@ -185,6 +186,21 @@ pub async fn set_node_readiness(
     })
     .await?;
     follow_readiness(client, node, readiness, timing).await
+}
+
+/// Takes one node down or brings it back, as the node lifecycle controller shows it:
+/// `ready = false` is a node whose kubelet stopped posting status
+/// ([`NodeReadiness::Unreachable`]: Ready `Unknown`, `NodeStatusUnknown`, and the
+/// `node.kubernetes.io/unreachable` `NoSchedule` and `NoExecute` taints); `ready = true`
+/// is Ready `True` again, the `NoSchedule` taint removed at once and the `NoExecute` one a
+/// few seconds later. With [`NodeLifecycleTiming::default`]; see [`set_node_readiness`].
+pub async fn set_node_ready(client: &Client, node: &str, ready: bool) -> Result<(), SimError> {
+    let readiness = if ready {
+        NodeReadiness::Ready
+    } else {
+        NodeReadiness::Unreachable
+    };
+    set_node_readiness(client, node, readiness, NodeLifecycleTiming::default()).await
 }
 
 /// The node lifecycle controller's reaction to a node now having `readiness`: the

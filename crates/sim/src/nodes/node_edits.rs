@@ -1,14 +1,13 @@
-//! Changes to one node, written as GKE or the node lifecycle controller would: taints, the
-//! Ready condition, cordon, deletion.
+//! Changes to one node, written as GKE or the node lifecycle controller would: taints, status
+//! (read-modify-write with optimistic concurrency), cordon, deletion.
 
 use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
-use super::lifecycle::{NodeLifecycleTiming, NodeReadiness, set_node_readiness};
 use super::node_object::taint;
-use crate::SimError;
+use crate::error::SimError;
 
 /// Attempts of a read-modify-write of a node before a conflict is returned.
 const EDIT_ATTEMPTS: usize = 5;
@@ -105,21 +104,6 @@ pub async fn add_taint(
         }
     })
     .await
-}
-
-/// Takes one node down or brings it back, as the node lifecycle controller shows it:
-/// `ready = false` is a node whose kubelet stopped posting status
-/// ([`NodeReadiness::Unreachable`]: Ready `Unknown`, `NodeStatusUnknown`, and the
-/// `node.kubernetes.io/unreachable` `NoSchedule` and `NoExecute` taints); `ready = true`
-/// is Ready `True` again, the `NoSchedule` taint removed at once and the `NoExecute` one a
-/// few seconds later. With [`NodeLifecycleTiming::default`]; see [`set_node_readiness`].
-pub async fn set_node_ready(client: &Client, node: &str, ready: bool) -> Result<(), SimError> {
-    let readiness = if ready {
-        NodeReadiness::Ready
-    } else {
-        NodeReadiness::Unreachable
-    };
-    set_node_readiness(client, node, readiness, NodeLifecycleTiming::default()).await
 }
 
 /// Cordons (`spec.unschedulable: true`) or uncordons a node.

@@ -7,8 +7,10 @@ use k8s_openapi::api::core::v1::{Node, NodeSpec, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::json;
 
-use super::{HOSTNAME_LABEL, NodePoolSpec, SIM_NODE_LABEL};
-use crate::{SimError, now_rfc3339};
+use super::labels::{HOSTNAME_LABEL, SIM_NODE_LABEL};
+use super::pool_spec::NodePoolSpec;
+use crate::clock::now_rfc3339;
+use crate::error::SimError;
 use slice_core::constants::{
     NODE_LABEL_ACCELERATOR, NODE_LABEL_NODEPOOL, NODE_LABEL_TOPOLOGY, TPU_RESOURCE,
 };

@@ -6,11 +6,12 @@ use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
+use super::labels::SIM_NODE_SELECTOR;
 use super::lifecycle::{NodeLifecycleTiming, NodeReadiness, follow_readiness};
 use super::node_edits::{cordon_node, delete_node, set_taints};
 use super::node_object::{build_node, node_status};
-use super::{NodePoolSpec, SIM_NODE_SELECTOR};
-use crate::SimError;
+use super::pool_spec::NodePoolSpec;
+use crate::error::SimError;
 use slice_core::constants::{NODE_LABEL_NODEPOOL, TAINT_IMPENDING_TERMINATION};
 
 /// Creates the pool's nodes (skipping existing ones) and marks them Ready.
@@ -76,7 +77,7 @@ pub async fn pool_node_names(client: &Client, pool: &str) -> Result<Vec<String>,
     sorted_node_names(&api, &format!("{NODE_LABEL_NODEPOOL}={pool}")).await
 }
 
-/// Deletes every node the simulator created (label [`SIM_NODE_LABEL`](super::SIM_NODE_LABEL));
+/// Deletes every node the simulator created (label [`SIM_NODE_LABEL`](super::labels::SIM_NODE_LABEL));
 /// returns their names.
 pub async fn delete_sim_nodes(client: &Client) -> Result<Vec<String>, SimError> {
     let api: Api<Node> = Api::all(client.clone());

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::SimError;
+use crate::error::SimError;
 
 /// One TPU node pool: a multi-host slice (H nodes) or a single-host slice (one node).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use kube::Client;
 
-use super::node_edits::{add_taint, delete_node, set_node_ready};
+use super::lifecycle::set_node_ready;
+use super::node_edits::{add_taint, delete_node};
 use super::pool_lifecycle::pool_node_names;
-use crate::SimError;
+use crate::error::SimError;
 use slice_core::constants::TAINT_IMPENDING_TERMINATION;
 
 /// Delays between the phases of a preemption.

@@ -8,8 +8,9 @@ use kube::Client;
 use super::format::{Action, Scenario};
 use super::pod_ref::{PodRef, resolve_pod};
 use super::train_clusters::{apply_train_cluster, patch_train_cluster};
+use crate::error::SimError;
+use crate::faults;
 use crate::nodes::{self, NodePoolSpec};
-use crate::{SimError, faults};
 
 /// Applies one action. `pools` are the pools known so far by name (`addSlices` adds to
 /// them, `restoreSlice` recreates from them); `progress` receives notes such as the pod a

@@ -6,7 +6,7 @@ use kube::api::{Api, ListParams};
 
 use super::format::Condition;
 use super::train_clusters::{get_path, train_cluster_api};
-use crate::SimError;
+use crate::error::SimError;
 
 fn pod_running_ready(p: &Pod) -> bool {
     let st = p.status.as_ref();

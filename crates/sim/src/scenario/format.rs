@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::duration::SimDuration;
 use super::pod_ref::PodRef;
 use super::settings::{CompareSettings, GoodputSettings, StartCostSettings};
-use crate::SimError;
+use crate::error::SimError;
 use crate::kubelet::KubeletOptions;
 use crate::nodes::{NodePoolSpec, PreemptionTiming};
 

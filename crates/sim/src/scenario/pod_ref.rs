@@ -7,7 +7,7 @@ use kube::Client;
 use kube::api::{Api, ListParams};
 use serde::{Deserialize, Serialize};
 
-use crate::SimError;
+use crate::error::SimError;
 use slice_core::constants::{LABEL_CLUSTER, LABEL_GROUP, LABEL_HOST_INDEX, LABEL_REPLICA_INDEX};
 
 /// A pod, by name or by labels. `cluster`, `group`, `replica`, `host` are shorthands for the

@@ -12,7 +12,7 @@ use super::duration::format_duration;
 use super::format::{After, Scenario, Step};
 use super::report::{StepReport, StepStatus};
 use super::train_clusters::apply_train_cluster;
-use crate::SimError;
+use crate::error::SimError;
 use crate::kubelet::{FakeKubelet, KubeletOptions};
 use crate::nodes::{self, NodePoolSpec};
 

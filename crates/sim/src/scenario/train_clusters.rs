@@ -8,7 +8,7 @@ use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
 
-use crate::SimError;
+use crate::error::SimError;
 use slice_core::constants::API_GROUP;
 
 /// The TrainCluster API resource (`slices.dev/v1alpha1`, plural `trainclusters`).

@@ -8,8 +8,8 @@ use k8s_openapi::api::core::v1::{
 
 use slice_core::constants::TPU_RESOURCE;
 
-use super::node_is_ready;
 use super::resources::{node_tpu_allocatable, pod_tpu_request};
+use super::state::node_is_ready;
 
 /// Why a pod does not fit a node.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -17,14 +17,14 @@
 //!
 //! * `fit`: does one pod fit one node ([`check_fit`]).
 //! * `resources`: `google.com/tpu` requested, allocatable and in use.
+//! * `state`: what state a node or pod is in (Ready, terminal, bound).
 //! * `placement`: [`schedule`], first fit by name with the group-key preference.
 
 mod anti_affinity;
 mod fit;
 mod placement;
 mod resources;
-
-use k8s_openapi::api::core::v1::{Node, Pod};
+mod state;
 
 pub use fit::{
     Unfit, check_fit, node_selector_matches, required_affinity_matches, tolerates,
@@ -32,27 +32,4 @@ pub use fit::{
 };
 pub use placement::{Placement, node_pool_of, schedule};
 pub use resources::{node_tpu_allocatable, parse_count, pod_tpu_request, tpu_usage};
-
-/// True when the node has condition `Ready=True`.
-pub fn node_is_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-/// True when the pod is in a terminal phase (`Succeeded` or `Failed`).
-pub fn pod_is_terminal(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded") | Some("Failed")
-    )
-}
-
-/// Node the pod is bound to, if any.
-pub fn pod_node(pod: &Pod) -> Option<&str> {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .filter(|n| !n.is_empty())
-}
+pub use state::{node_is_ready, pod_is_terminal, pod_node};

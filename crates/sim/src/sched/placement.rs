@@ -9,7 +9,7 @@ use slice_core::constants::{LABEL_GROUP_KEY, NODE_LABEL_NODEPOOL};
 use super::anti_affinity::{self, Placed};
 use super::fit::check_fit;
 use super::resources::{pod_tpu_request, tpu_usage};
-use super::{pod_is_terminal, pod_node};
+use super::state::{pod_is_terminal, pod_node};
 
 const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 

@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::{Container, Node, Pod};
 
 use slice_core::constants::TPU_RESOURCE;
 
-use super::{pod_is_terminal, pod_node};
+use super::state::{pod_is_terminal, pod_node};
 
 /// Parses an integer quantity such as `4`; fractional or suffixed quantities count as 0 except
 /// `k` (×1000) and milli values that are whole (`4000m`).

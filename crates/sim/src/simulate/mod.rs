@@ -1,4 +1,4 @@
-//! `slice-operator simulate`: the API emulator, fake TPU node pools, a fake kubelet and the
+//! `slice-sim simulate`: the API emulator, fake TPU node pools, a fake kubelet and the
 //! operator in one process, driven by a scenario file. Prints a line per change and ends
 //! with a summary of what the operator did, how long each recovery took and each cluster's
 //! goodput. With `compare: {withoutSpares: true}` the scenario runs twice, each time on a
@@ -25,7 +25,11 @@ use kube::{Api, ResourceExt};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::{KubeletOptions, Scenario, TimelineOptions, run_scenario};
+use crate::chart_objects::install_chart_objects;
+use crate::kubelet::KubeletOptions;
+use crate::scenario::{
+    Scenario, StepReport, StepStatus, TimelineOptions, run_scenario, without_spares,
+};
 use slice_controller::{self as operator, OperatorConfig, OperatorHandle};
 use slice_core::api::{Phase, TrainCluster};
 use slice_emulator::{Emulator, EmulatorOptions};
@@ -66,7 +70,7 @@ pub async fn simulate(options: SimulateOptions, out: Out) -> anyhow::Result<Summ
         return Ok(summary);
     }
     let mut bare = scenario.clone();
-    let changed = crate::scenario::without_spares(&mut bare.train_clusters);
+    let changed = without_spares(&mut bare.train_clusters);
     print(
         &out,
         &format!(
@@ -141,7 +145,7 @@ async fn run_once(scenario: &Scenario, settle_timeout: Duration, out: Out) -> an
         })
     };
     let emulator = Emulator::start(EmulatorOptions::default()).await?;
-    crate::install_chart_objects(&emulator)?;
+    install_chart_objects(&emulator)?;
     let client = emulator.client();
     say(format!("API emulator listening on {}", emulator.url()));
     // The operator's defaults, as it ships: no shortened resync.
@@ -183,8 +187,8 @@ async fn run_once(scenario: &Scenario, settle_timeout: Duration, out: Out) -> an
     let on_step = {
         let tracker = tracker.clone();
         let say = say.clone();
-        move |report: crate::StepReport| {
-            if matches!(report.status, crate::StepStatus::Started) {
+        move |report: StepReport| {
+            if matches!(report.status, StepStatus::Started) {
                 tracker.lock().expect("tracker lock").last_step =
                     format!("step {} {}", report.index, report.description);
             }
@@ -261,10 +265,10 @@ async fn run_once(scenario: &Scenario, settle_timeout: Duration, out: Out) -> an
     })
 }
 
-fn step_status(status: &crate::StepStatus) -> String {
+fn step_status(status: &StepStatus) -> String {
     match status {
-        crate::StepStatus::Started => "started".into(),
-        crate::StepStatus::Progress(p) => p.clone(),
-        crate::StepStatus::Applied => "done".into(),
+        StepStatus::Started => "started".into(),
+        StepStatus::Progress(p) => p.clone(),
+        StepStatus::Applied => "done".into(),
     }
 }

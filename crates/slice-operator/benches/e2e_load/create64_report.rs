@@ -1,11 +1,14 @@
-//! The report of `E2E_LOAD=create64` (see `create64.rs`): the figures of each round, and
+//! The report of `E2E_LOAD=create64` (see `create64/mod.rs`): the figures of each round, and
 //! the operator's times as ratios to the plain create loop's.
 
 use std::time::Duration;
 
 use slice_core::api::Membership;
 
-use crate::create64::{CeilingRun, Creation, HOSTS, METRICS_ADDR, PODS, SLICES, Settings, Steady};
+use crate::create64::ceiling::CeilingRun;
+use crate::create64::cluster::Creation;
+use crate::create64::settings::{HOSTS, METRICS_ADDR, PODS, SLICES, Settings};
+use crate::create64::steady::Steady;
 
 pub(crate) struct ClusterReport {
     pub(crate) membership: Membership,

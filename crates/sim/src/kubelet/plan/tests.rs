@@ -1,4 +1,5 @@
 use super::*;
+use crate::kubelet::{OUT_OF_TPU_REASON, UNEXPECTED_ADMISSION_REASON};
 use crate::nodes::{NodePoolSpec, build_node};
 use crate::test_support::{bound, pool_nodes, running, set_not_ready, tpu_pod};
 use k8s_openapi::api::core::v1::Node;

@@ -1,5 +1,5 @@
-//! The simulator's commands (`simulate`, `fake-kubelet`), behind the default `sim` feature so
-//! the operator image is built without the emulator and the simulator.
+//! The simulator's commands (`simulate`, `fake-kubelet`): option parsing and logging set-up
+//! around the library's entry points.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};

@@ -1,0 +1,125 @@
+#![forbid(unsafe_code)]
+//! The `slice-sim` binary: the simulator's commands, a thin command-line shell over the
+//! library. Test equipment, kept out of the operator's binary and image.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+mod commands;
+
+#[derive(Parser)]
+#[command(
+    name = "slice-sim",
+    version,
+    about = "Simulated TPU node pools and kubelets for slice-operator: no real TPUs needed"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a scenario on an embedded, simulated cluster: API emulator, fake TPU node pools,
+    /// fake kubelet and the operator in one process. No real cluster needed.
+    Simulate {
+        /// Scenario file (see examples/); the built-in default scenario when omitted.
+        scenario: Option<PathBuf>,
+        /// Keep the emulated API running afterwards and write a kubeconfig for kubectl here.
+        #[arg(long, value_name = "KUBECONFIG_OUT", num_args = 0..=1, default_missing_value = "simulate.kubeconfig")]
+        serve: Option<PathBuf>,
+        /// Seconds to wait for every cluster to settle after the timeline.
+        #[arg(long, default_value_t = 60)]
+        settle_timeout: u64,
+    },
+    /// Create fake TPU node pools in a real cluster without kubelets for them, and act as
+    /// their kubelet (bind, run, report status) until interrupted.
+    FakeKubelet {
+        /// Kubeconfig file (default: $KUBECONFIG or ~/.kube/config).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// A node pool as NAME=ACCELERATOR:TOPOLOGY, e.g. pool-a=tpu-v6e-slice:2x4. Repeatable.
+        #[arg(long = "pool", required = true)]
+        pools: Vec<String>,
+        /// Who binds pods to the fake nodes: `own` (this command), `external` (a real
+        /// kube-scheduler; this command only plays the kubelet), or `auto` (external when
+        /// the kube-system/kube-scheduler Lease exists).
+        #[arg(long, default_value = "auto")]
+        scheduler: slice_sim::SchedulerMode,
+        /// Seconds a deleted pod's containers take to stop (phase `Failed` with exit 143)
+        /// before its deletion is confirmed: a TPU workload can take seconds to exit.
+        #[arg(long, default_value_t = 0.1)]
+        termination_delay: f64,
+    },
+}
+
+fn main() -> ExitCode {
+    let result = match Cli::parse().command {
+        Command::Simulate {
+            scenario,
+            serve,
+            settle_timeout,
+        } => runtime()
+            .and_then(|rt| rt.block_on(commands::simulate(scenario, serve, settle_timeout))),
+        Command::FakeKubelet {
+            kubeconfig,
+            pools,
+            scheduler,
+            termination_delay,
+        } => runtime().and_then(|rt| {
+            rt.block_on(async {
+                let shutdown = shutdown_signal();
+                let options = slice_sim::KubeletOptions {
+                    scheduler,
+                    termination_delay: seconds("--termination-delay", termination_delay)?,
+                    ..Default::default()
+                };
+                commands::fake_kubelet(kubeconfig, pools, options, shutdown).await
+            })
+        }),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn seconds(flag: &str, secs: f64) -> anyhow::Result<Duration> {
+    Duration::try_from_secs_f64(secs).map_err(|e| anyhow::anyhow!("{flag} {secs}: {e}"))
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// Install the SIGTERM and SIGINT handlers now, not when first polled: from here on a
+/// signal is a graceful shutdown (the fake kubelet stops its loop). Call it inside the
+/// runtime. The future resolves on the first signal.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+        let mut interrupt = signal(SignalKind::interrupt()).expect("SIGINT handler");
+        async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = interrupt.recv() => {}
+            }
+            tracing::info!("shutting down");
+        }
+    }
+    #[cfg(not(unix))]
+    async {
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down");
+    }
+}
