@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::cluster::Planner;
+use super::DeleteReason;
 use super::observe::{ObservedReplica, Verdict};
-use super::{DeleteReason, parse_time};
+use super::state::Planner;
+use super::text::parse_time;
 use crate::api::AvoidedSlice;
 use crate::api::validate::ResolvedGroup;
 

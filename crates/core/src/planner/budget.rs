@@ -3,9 +3,10 @@
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::cluster::Planner;
 use super::judge::Tally;
-use super::{EventType, parse_time, policy};
+use super::state::Planner;
+use super::text::parse_time;
+use super::{EventType, policy};
 use crate::api::{FailurePolicy, GroupStatus, Phase, TrainClusterStatus};
 
 /// What the last status means for this plan's budget.

@@ -7,10 +7,11 @@
 use jiff::{SignedDuration, Timestamp};
 
 use super::assemble::GroupSummary;
-use super::cluster::Planner;
 use super::observe::PodFacts;
+use super::state::Planner;
 use super::status::set_condition;
-use super::{DeleteReason, EventType, Plan, parse_time};
+use super::text::parse_time;
+use super::{DeleteReason, EventType, Plan};
 use crate::api::{
     CONDITION_READY, CONDITION_SUCCEEDED, Phase, SuccessPolicy, TrainCluster, TrainClusterStatus,
 };

@@ -5,7 +5,8 @@
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::{EventType, PlannedEvent, parse_time, policy, status::set_condition};
+use super::text::parse_time;
+use super::{EventType, PlannedEvent, policy, status::set_condition};
 use crate::api::{CONDITION_REPLICA_FAILURE, Condition, TrainClusterStatus};
 
 /// First wait after a rejected create; doubles with each rejection in a row.
@@ -112,7 +113,7 @@ fn record(
     let event = news.then(|| PlannedEvent {
         type_: EventType::Warning,
         reason: "FailedCreate",
-        note: super::truncate(&text, 1000),
+        note: super::text::truncate(&text, 1000),
         after: None,
     });
     (next, event)

@@ -5,8 +5,9 @@
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::cluster::Planner;
-use super::{DeleteReason, EventType, parse_time};
+use super::state::Planner;
+use super::text::parse_time;
+use super::{DeleteReason, EventType};
 use crate::api::{HeadStatus, KubeletRejection, TrainCluster};
 
 /// The kubelet refusals noted within the last `elastic.placementTimeoutSeconds`.

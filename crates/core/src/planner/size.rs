@@ -3,9 +3,10 @@
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::cluster::Planner;
 use super::policy::{self, SizeDecision};
-use super::{DeleteReason, EventType, parse_time};
+use super::state::Planner;
+use super::text::parse_time;
+use super::{DeleteReason, EventType};
 use crate::api::validate::ResolvedGroup;
 use crate::api::{GroupStatus, Phase, TrainClusterSpec};
 
