@@ -275,6 +275,7 @@ fn group_memory(previous: &TrainClusterStatus, name: &str, reset_budget: bool) -
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use std::sync::Arc;
 
     use super::*;
@@ -331,7 +332,7 @@ mod tests {
                 epoch: 4,
                 restarts: 2,
                 preemptions: 1,
-                backoff_until: Some("2030-01-01T00:00:00Z".into()),
+                backoff_until: Some(Time("2030-01-01T00:00:00Z".parse().unwrap())),
                 ..Default::default()
             }],
             ..Default::default()
@@ -357,7 +358,7 @@ mod tests {
                 epoch: 4,
                 restarts: 2,
                 preemptions: 1,
-                backoff_until: Some("2030-01-01T00:00:00Z".into()),
+                backoff_until: Some(Time("2030-01-01T00:00:00Z".parse().unwrap())),
                 ..Default::default()
             }],
             ..Default::default()

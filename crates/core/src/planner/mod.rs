@@ -21,6 +21,7 @@
 mod assemble;
 mod avoid;
 mod budget;
+mod clock;
 mod cluster;
 mod completion;
 pub mod creates;
