@@ -17,6 +17,10 @@
 //!
 //! A phase is a pure decision plus, where it acts, a short `Planner` method that records the
 //! decision in the plan (`effects`: deletes, events, the next wake-up).
+//!
+//! Imports run downward: `cluster` calls the phases in order; the phases use the leaves
+//! (`state`: the `Planner` they share; `types`: the plan and its parts; `clock`, `text`),
+//! never `cluster` or this facade.
 
 mod assemble;
 mod avoid;

@@ -11,8 +11,7 @@ use super::types::Plan;
 use crate::api::{AvoidedSlice, KubeletRejection, TrainCluster, TrainClusterStatus};
 use crate::inventory::Inventory;
 
-/// The plan of one TrainCluster under construction. The phases (one module each) add to it
-/// through the methods in `effects`.
+/// The plan of one TrainCluster under construction, shared by every phase (one module each).
 pub(super) struct Planner<'a> {
     pub(super) tc: &'a TrainCluster,
     /// The last status written: the planner's memory of its own decisions.
