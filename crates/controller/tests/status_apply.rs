@@ -13,6 +13,10 @@ use slice_core::planner::render::headless_service;
 use slice_core::testing::train_cluster;
 use slice_emulator::{Emulator, EmulatorOptions};
 
+fn ten_past() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time("2026-01-01T00:00:10Z".parse().unwrap())
+}
+
 async fn cluster_on_emulator() -> (Emulator, kube::Client, TrainCluster) {
     let emulator = Emulator::start(EmulatorOptions::default()).await.unwrap();
     emulator.install_crd(&slice_core::api::crd()).unwrap();
@@ -39,14 +43,14 @@ async fn a_status_field_the_plan_clears_is_cleared_on_the_server_by_one_apply() 
     let api = dynamic_api(client.clone(), "default");
     let backing_off = TrainClusterStatus {
         restarts: 2,
-        create_retry_after: Some("2026-01-01T00:00:10Z".into()),
+        create_retry_after: Some(ten_past()),
         avoided_slices: vec![AvoidedSlice {
             slice: "pool-0".into(),
-            until: "2026-01-01T00:00:10Z".into(),
+            until: ten_past(),
         }],
         head: Some(HeadStatus {
             restarts: 1,
-            backoff_until: Some("2026-01-01T00:00:10Z".into()),
+            backoff_until: Some(ten_past()),
             ..Default::default()
         }),
         ..Default::default()

@@ -4,7 +4,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 use serde_json::json;
 
-use super::TrainCluster;
+use super::spec::TrainCluster;
 
 /// Longest TrainCluster name: `<name>-headless` must be a valid Service name (63).
 pub const MAX_NAME: usize = 54;

@@ -190,7 +190,7 @@ mod tests {
             status: if valid { "True" } else { "False" }.into(),
             reason: if valid { "Valid" } else { "NameConflict" }.into(),
             message: String::new(),
-            last_transition_time: String::new(),
+            last_transition_time: Time(jiff::Timestamp::UNIX_EPOCH),
             observed_generation: None,
         });
         tc.status = Some(status);

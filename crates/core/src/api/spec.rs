@@ -3,7 +3,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::TrainClusterStatus;
+use super::status::TrainClusterStatus;
 
 /// A training cluster: an optional head pod plus worker groups made of whole TPU slices.
 ///

@@ -1,5 +1,9 @@
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+/// The standard Kubernetes condition (`metav1.Condition`).
+pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 /// The cluster's life cycle, summarised for `kubectl get tc`.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -51,17 +55,17 @@ pub struct TrainClusterStatus {
     pub updated_slices: u32,
     /// When the run succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub completion_time: Option<String>,
+    pub completion_time: Option<Time>,
     /// Pod creates the API server rejected in a row (reset by a success or a spec edit).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub create_failures: u32,
     /// After a rejected create, no pod is created before this time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub create_retry_after: Option<String>,
+    pub create_retry_after: Option<Time>,
     /// After a rejected placeholder create (hot spares), no spare is created before this
     /// time; workers are not held back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub spare_retry_after: Option<String>,
+    pub spare_retry_after: Option<Time>,
     /// Slices a group of this cluster could not be scheduled on (placement timeout): not
     /// chosen again before `until`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -102,17 +106,17 @@ fn is_zero(n: &u32) -> bool {
 }
 
 /// A slice on which a group's pods stayed unscheduled past the placement timeout.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AvoidedSlice {
     /// The slice (node pool, or node for a single-host slice).
     pub slice: String,
-    /// Not chosen again before this time (RFC 3339).
-    pub until: String,
+    /// Not chosen again before this time.
+    pub until: Time,
 }
 
 /// A pod a node's kubelet refused at admission: which node refused which pod, and why.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KubeletRejection {
     /// The slice (node pool, or node for a single-host slice) the pod was placed on; the
@@ -125,8 +129,8 @@ pub struct KubeletRejection {
     /// The kubelet's `status.reason`, e.g. `OutOfgoogle.com/tpu` or `UnexpectedAdmissionError`.
     pub reason: String,
     pub message: String,
-    /// When the operator saw it (RFC 3339).
-    pub time: String,
+    /// When the operator saw it.
+    pub time: Time,
 }
 
 /// The head pod's budget and backoff; also the planner's memory of the head's failures.
@@ -136,11 +140,12 @@ pub struct HeadStatus {
     /// Head pod failures so far (charged against `failurePolicy.maxRestarts`).
     #[serde(default)]
     pub restarts: u32,
+    /// When the last head pod failure was charged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_failure_time: Option<String>,
+    pub last_failure_time: Option<Time>,
     /// No new head pod is created before this time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backoff_until: Option<String>,
+    pub backoff_until: Option<Time>,
     /// The uid of the last failed head pod already counted: it is never counted twice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub counted_uid: Option<String>,
@@ -194,13 +199,15 @@ pub struct GroupStatus {
     /// Next free incarnation number (names each group incarnation uniquely in `TPU_NAME`).
     #[serde(default)]
     pub next_incarnation: u64,
+    /// When the elastic policy last changed the group's size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_resize_time: Option<String>,
+    pub last_resize_time: Option<Time>,
+    /// When the last group failure was charged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_failure_time: Option<String>,
+    pub last_failure_time: Option<Time>,
     /// No replacement is created before this time (restart backoff).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backoff_until: Option<String>,
+    pub backoff_until: Option<Time>,
     /// The last multislice epoch whose members all ran, whole and ready, at once. Until the
     /// current epoch has, a member whose creation never finished is recreated into it
     /// rather than restarting the job.
@@ -231,22 +238,6 @@ pub struct SpareStatus {
     pub swaps: u32,
 }
 
-/// A standard Kubernetes condition.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Condition {
-    #[serde(rename = "type")]
-    pub type_: String,
-    /// True, False or Unknown.
-    pub status: String,
-    pub reason: String,
-    #[serde(default)]
-    pub message: String,
-    pub last_transition_time: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-}
-
 pub const CONDITION_VALID: &str = "SpecValid";
 pub const CONDITION_SLICES_AVAILABLE: &str = "SlicesAvailable";
 pub const CONDITION_READY: &str = "Ready";
@@ -254,3 +245,96 @@ pub const CONDITION_FAILED: &str = "Failed";
 pub const CONDITION_SUCCEEDED: &str = "Succeeded";
 /// The API server rejected a pod create (as a ReplicaSet's `ReplicaFailure`).
 pub const CONDITION_REPLICA_FAILURE: &str = "ReplicaFailure";
+
+#[cfg(test)]
+mod tests {
+    use jiff::Timestamp;
+    use serde_json::json;
+
+    use super::*;
+
+    fn time(text: &str) -> Time {
+        Time(text.parse::<Timestamp>().unwrap())
+    }
+
+    /// Objects stored by earlier releases (times as strings, some with a fraction of a
+    /// second, conditions in the old shape) read into the typed status unchanged.
+    #[test]
+    fn a_status_stored_before_times_were_typed_still_reads() {
+        let stored = json!({
+            "phase": "Restarting",
+            "completionTime": "2026-01-01T00:00:00Z",
+            "createRetryAfter": "2026-01-01T00:00:10.5Z",
+            "avoidedSlices": [{"slice": "pool-a", "until": "2026-01-01T00:05:00Z"}],
+            "kubeletRejections": [{
+                "slice": "pool-a", "node": "n0", "pod": "p0", "podUid": "u0",
+                "reason": "OutOfgoogle.com/tpu", "message": "no chips",
+                "time": "2026-01-01T00:00:01Z"
+            }],
+            "conditions": [{
+                "type": "Ready", "status": "False", "reason": "Restarting", "message": "",
+                "lastTransitionTime": "2026-01-01T00:00:02Z", "observedGeneration": 3
+            }],
+            "groups": [{
+                "name": "workers",
+                "lastResizeTime": "2026-01-01T00:00:03Z",
+                "lastFailureTime": "2026-01-01T00:00:04Z",
+                "backoffUntil": "2026-01-01T00:00:20Z"
+            }],
+            "head": {"restarts": 1, "backoffUntil": "2026-01-01T00:00:30Z"}
+        });
+        let status: TrainClusterStatus = serde_json::from_value(stored).unwrap();
+        assert_eq!(status.completion_time, Some(time("2026-01-01T00:00:00Z")));
+        assert_eq!(
+            status.create_retry_after,
+            Some(time("2026-01-01T00:00:10.5Z"))
+        );
+        assert_eq!(status.avoided_slices[0].until, time("2026-01-01T00:05:00Z"));
+        assert_eq!(
+            status.kubelet_rejections[0].time,
+            time("2026-01-01T00:00:01Z")
+        );
+        let ready = &status.conditions[0];
+        assert_eq!(
+            (
+                ready.type_.as_str(),
+                ready.status.as_str(),
+                ready.reason.as_str()
+            ),
+            ("Ready", "False", "Restarting")
+        );
+        assert_eq!(ready.last_transition_time, time("2026-01-01T00:00:02Z"));
+        assert_eq!(ready.observed_generation, Some(3));
+        let group = &status.groups[0];
+        assert_eq!(group.last_resize_time, Some(time("2026-01-01T00:00:03Z")));
+        assert_eq!(group.last_failure_time, Some(time("2026-01-01T00:00:04Z")));
+        assert_eq!(group.backoff_until, Some(time("2026-01-01T00:00:20Z")));
+        let head = status.head.unwrap();
+        assert_eq!(head.backoff_until, Some(time("2026-01-01T00:00:30Z")));
+    }
+
+    /// On the wire a time stays RFC 3339 with whole seconds, as earlier releases wrote it.
+    #[test]
+    fn times_are_written_as_rfc3339_with_seconds() {
+        let status = TrainClusterStatus {
+            completion_time: Some(time("2026-01-01T00:00:00Z")),
+            conditions: vec![Condition {
+                type_: CONDITION_READY.into(),
+                status: "True".into(),
+                reason: "Running".into(),
+                message: String::new(),
+                last_transition_time: time("2026-01-01T12:34:56Z"),
+                observed_generation: None,
+            }],
+            ..Default::default()
+        };
+        let written = serde_json::to_value(&status).unwrap();
+        assert_eq!(written["completionTime"], "2026-01-01T00:00:00Z");
+        assert_eq!(
+            written["conditions"][0]["lastTransitionTime"],
+            "2026-01-01T12:34:56Z"
+        );
+        let read: TrainClusterStatus = serde_json::from_value(written).unwrap();
+        assert_eq!(read, status);
+    }
+}

@@ -11,8 +11,9 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use super::nodes::is_terminal;
+use super::occupancy::train_cluster_owner;
 use super::partition::{self, Part};
-use super::{FastMap, Inventory, train_cluster_owner};
+use super::types::{FastMap, Inventory};
 use crate::constants::*;
 use crate::lean::{LeanNode, LeanPod};
 
@@ -252,6 +253,21 @@ impl LiveInventory {
             .filter_map(|pod| pin(pod).map(str::to_string))
             .collect();
         self.dirty.slices.extend(pinned);
+    }
+}
+
+impl Inventory {
+    /// Build the inventory from TPU nodes and the pods that may occupy them, all at once.
+    /// Worker pods a TrainCluster controls mark their slice as held (bound to it, or pinned
+    /// to it while they wait to be scheduled); other pods requesting `google.com/tpu` mark
+    /// it foreign once bound to one of its nodes (a pending pod holds no chips, whatever its
+    /// labels say). Nodes without the accelerator label are ignored. The operator keeps a
+    /// [`LiveInventory`] instead, updated change by change; both give the same inventory.
+    pub fn build(nodes: &[Arc<LeanNode>], pods: &[Arc<LeanPod>]) -> Inventory {
+        let mut live = LiveInventory::new(nodes.iter().cloned(), pods.iter().cloned());
+        let inventory = live.inventory();
+        drop(live);
+        Arc::unwrap_or_clone(inventory)
     }
 }
 

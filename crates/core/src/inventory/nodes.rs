@@ -1,6 +1,6 @@
 //! What one Node says about its slice: which slice it belongs to, its chips, its health.
 
-use super::{FastMap, NodeHealth};
+use super::types::{FastMap, NodeHealth};
 use crate::constants::*;
 use crate::lean::{LeanNode, LeanPod};
 use crate::tpu::Topology;

@@ -3,8 +3,9 @@
 //! another's nodes, so the inventory is rebuilt one partition at a time (see `live.rs`).
 
 use super::nodes::{NodeObservation, chips_by_pool, is_terminal, observe_node};
+use super::occupancy::{ForeignUse, Holder, Occupancy, train_cluster_owner};
 use super::occupancy::{add_holder, describe_pod, holder_of, spare_holder_of};
-use super::{FastMap, ForeignUse, Holder, NodeHealth, NodeState, Occupancy, Slice};
+use super::types::{FastMap, NodeHealth, NodeState, Slice};
 use crate::constants::*;
 use crate::lean::{LeanNode, LeanPod};
 
@@ -141,7 +142,7 @@ pub(super) fn occupy(part: &mut Part, claims: &[&LeanPod]) {
             .as_deref()
             .and_then(|node| slice_of_node.get(node));
         let pinned = || {
-            super::train_cluster_owner(pod)?;
+            train_cluster_owner(pod)?;
             pod.label(LABEL_SLICE)
         };
         let Some(index) = bound

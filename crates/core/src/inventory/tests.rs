@@ -1,4 +1,8 @@
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::{Node, Pod};
+
+use crate::lean::{LeanNode, LeanPod};
 
 use super::*;
 use crate::constants::*;

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::cluster::Planner;
 use super::observe::ObservedReplica;
+use super::state::Planner;
 use super::{EventType, Plan, status};
 use crate::api::validate::ResolvedGroup;
 use crate::api::{GroupStatus, HeadStatus, Phase, TrainClusterStatus};

@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::cluster::Planner;
+use super::DeleteReason;
+use super::clock::stamp;
 use super::observe::{ObservedReplica, Verdict};
-use super::{DeleteReason, parse_time};
+use super::state::Planner;
 use crate::api::AvoidedSlice;
 use crate::api::validate::ResolvedGroup;
 
@@ -16,7 +17,7 @@ use crate::api::validate::ResolvedGroup;
 pub(super) fn still_avoided(previous: &[AvoidedSlice], now: Timestamp) -> Vec<AvoidedSlice> {
     previous
         .iter()
-        .filter(|a| parse_time(Some(&a.until)).is_some_and(|until| until > now))
+        .filter(|a| a.until.0 > now)
         .cloned()
         .collect()
 }
@@ -67,7 +68,7 @@ impl Planner<'_> {
             .unwrap_or(self.now);
         self.avoided.push(AvoidedSlice {
             slice: slice.to_string(),
-            until: until.to_string(),
+            until: stamp(until),
         });
     }
 
@@ -99,7 +100,7 @@ impl Planner<'_> {
             .avoided
             .iter()
             .find(|a| a.slice == slice)
-            .and_then(|a| parse_time(Some(&a.until)));
+            .map(|a| a.until.0);
         match until {
             Some(until) if until > self.now => {
                 self.wake_at(until);
@@ -114,12 +115,13 @@ impl Planner<'_> {
 mod tests {
     use super::*;
     use crate::testing::at;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     #[test]
     fn expired_cool_downs_are_forgotten() {
         let avoided = |slice: &str, until: i64| AvoidedSlice {
             slice: slice.into(),
-            until: at(until).to_string(),
+            until: Time(at(until)),
         };
         let kept = still_avoided(&[avoided("a", 10), avoided("b", 30)], at(20));
         assert_eq!(kept, [avoided("b", 30)]);

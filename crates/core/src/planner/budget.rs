@@ -3,9 +3,10 @@
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::cluster::Planner;
+use super::clock::stamp;
 use super::judge::Tally;
-use super::{EventType, parse_time, policy};
+use super::state::Planner;
+use super::{EventType, policy};
 use crate::api::{FailurePolicy, GroupStatus, Phase, TrainClusterStatus};
 
 /// What the last status means for this plan's budget.
@@ -56,13 +57,13 @@ pub(super) fn charge(
     memory.restarts += tally.failures;
     memory.preemptions += tally.preemptions;
     if tally.failures > 0 {
-        memory.last_failure_time = Some(now.to_string());
+        memory.last_failure_time = Some(stamp(now));
         let wait = policy::backoff(
             memory.restarts,
             SignedDuration::from_secs(policy.backoff_seconds.into()),
             SignedDuration::from_secs(policy.max_backoff_seconds.into()),
         );
-        memory.backoff_until = now.saturating_add(wait).ok().map(|t| t.to_string());
+        memory.backoff_until = now.saturating_add(wait).ok().map(stamp);
     }
     if memory.restarts > policy.max_restarts {
         return Some(format!(
@@ -83,7 +84,11 @@ pub(super) fn charge(
 
 /// The end of a backoff that is still running: no replacement is created before it.
 pub(super) fn backoff_pending(memory: &GroupStatus, now: Timestamp) -> Option<Timestamp> {
-    parse_time(memory.backoff_until.as_deref()).filter(|t| *t > now)
+    memory
+        .backoff_until
+        .as_ref()
+        .map(|t| t.0)
+        .filter(|t| *t > now)
 }
 
 impl Planner<'_> {
@@ -119,6 +124,7 @@ impl Planner<'_> {
 mod tests {
     use super::*;
     use crate::testing::at;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn policy() -> FailurePolicy {
         FailurePolicy {
@@ -147,9 +153,9 @@ mod tests {
         let exhausted = charge("w", &mut memory, &tally(1, 0), &policy(), at(0));
         assert_eq!(exhausted, None);
         assert_eq!(memory.restarts, 2);
-        assert_eq!(memory.last_failure_time, Some(at(0).to_string()));
+        assert_eq!(memory.last_failure_time, Some(Time(at(0))));
         // The second restart waits twice the base backoff.
-        assert_eq!(memory.backoff_until, Some(at(20).to_string()));
+        assert_eq!(memory.backoff_until, Some(Time(at(20))));
         assert_eq!(backoff_pending(&memory, at(19)), Some(at(20)));
         assert_eq!(backoff_pending(&memory, at(20)), None, "over once reached");
     }

@@ -1,70 +1,136 @@
 //! The plan for one valid TrainCluster: its pods sorted by worker group, each group planned
 //! in turn (`group`), leftovers of groups no longer in the spec deleted, then the head pod
-//! and the cluster status (`assemble`).
+//! and the cluster status (`assemble`). The phases are called in order here; each decides
+//! in its own module and records its decision on the shared [`Planner`] state.
 
 use std::collections::{BTreeMap, HashSet};
 
 use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Service;
+use rayon::prelude::*;
 
 use super::observe::PodFacts;
-use super::{DeleteReason, Plan, budget, completion, creates, head};
-use crate::api::validate::ResolvedGroup;
+use super::state::Planner;
+use super::status::set_condition;
+use super::text::truncate;
+use super::types::{EventAfter, EventType, GroupCreate, Plan, PlanInput, PlannedEvent};
+use super::{DeleteReason, avoid, budget, completion, creates, head, rejections, render};
+use crate::api::validate::{self, FieldError, ResolvedGroup};
 use crate::api::{GroupStatus, Phase, TrainCluster, TrainClusterStatus};
 use crate::constants::ROLE_HEAD;
 use crate::inventory::Inventory;
 use crate::lean::LeanPod;
 
-/// The plan of one TrainCluster under construction. The phases (one module each) add to it
-/// through the methods in `effects`.
-pub(super) struct Planner<'a> {
-    pub(super) tc: &'a TrainCluster,
-    /// The last status written: the planner's memory of its own decisions.
-    pub(super) previous: &'a TrainClusterStatus,
-    pub(super) inventory: &'a Inventory,
-    pub(super) now: Timestamp,
-    /// Free slices already promised: to another cluster (reservations) or to an earlier
-    /// worker group in this plan.
-    pub(super) claimed: HashSet<String>,
-    pub(super) plan: Plan,
-    /// The earliest moment something pending (backoff, grace, growth) needs another look.
-    pub(super) wake: Option<Timestamp>,
-    /// The spec changed since the last status: budgets and create backoff start afresh.
-    pub(super) fresh_spec: bool,
-    /// No pod is created before this time (the API server rejected our last create).
-    pub(super) create_hold: Option<Timestamp>,
-    /// Slices not to place a group on yet (placement timeouts), written back to the status.
-    pub(super) avoided: Vec<crate::api::AvoidedSlice>,
-    /// Kubelet admission refusals still remembered, written back to the status.
-    pub(super) rejections: Vec<crate::api::KubeletRejection>,
-    /// Each group's spares, kept at what is wanted once every group has been placed.
-    pub(super) spare_refills: Vec<super::spares::Refill<'a>>,
+/// Compute the next step for one TrainCluster.
+pub fn plan(input: &PlanInput<'_>) -> Plan {
+    let tc = input.cluster;
+    let previous = tc.status.clone().unwrap_or_default();
+    let service = render::headless_service(tc);
+    let cluster = tc.metadata.name.as_deref();
+    let uid = tc.metadata.uid.as_deref();
+    // Reading 64,000 pods is bound by memory latency; spread it over the cores.
+    let owned: Vec<PodFacts<'_>> = input
+        .pods
+        .par_iter()
+        .map(|p| PodFacts::of(p))
+        .filter(|f| f.cluster == cluster && is_controlled_by(f.pod, uid))
+        .collect();
+    if !input.conflicts.is_empty() {
+        let reason = "NameConflict";
+        return invalid_plan(tc, &previous, input.conflicts, reason, service, input.now);
+    }
+    match validate::resolve(tc) {
+        Err(errors) => invalid_plan(tc, &previous, &errors, "InvalidSpec", service, input.now),
+        Ok(groups) => start(
+            tc,
+            &previous,
+            input.inventory,
+            input.reserved.clone(),
+            Plan::empty(service),
+            input.now,
+        )
+        .run(&groups, &owned),
+    }
+}
+
+/// Pods are the operator's only if this TrainCluster (by uid) controls them.
+fn is_controlled_by(pod: &LeanPod, uid: Option<&str>) -> bool {
+    pod.metadata
+        .owner_references
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid)
+}
+
+/// An invalid spec only reports itself (once per change of message).
+fn invalid_plan(
+    tc: &TrainCluster,
+    previous: &TrainClusterStatus,
+    errors: &[FieldError],
+    reason: &'static str,
+    service: Service,
+    now: Timestamp,
+) -> Plan {
+    let message = errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ");
+    let mut plan = Plan::empty(service);
+    plan.status = previous.clone();
+    // Nothing is created until the spec is fixed: no slice is kept from others meanwhile.
+    plan.status.release_reservations();
+    plan.status.phase = Phase::Invalid;
+    plan.status.observed_generation = tc.metadata.generation;
+    let changed = set_condition(
+        &mut plan.status,
+        crate::api::CONDITION_VALID,
+        false,
+        reason,
+        &message,
+        tc.metadata.generation,
+        now,
+    );
+    if changed {
+        plan.events.push(PlannedEvent {
+            type_: EventType::Warning,
+            reason,
+            note: truncate(&message, 1000),
+            after: None,
+        });
+    }
+    // Nothing is deleted for an invalid spec: running groups keep running until it is fixed.
+    plan
+}
+
+/// The planner's state at the start: nothing decided yet; the slices to avoid and the
+/// kubelet refusals still remembered from the last status.
+pub(super) fn start<'a>(
+    tc: &'a TrainCluster,
+    previous: &'a TrainClusterStatus,
+    inventory: &'a Inventory,
+    reserved: HashSet<String>,
+    plan: Plan,
+    now: Timestamp,
+) -> Planner<'a> {
+    Planner {
+        tc,
+        previous,
+        inventory,
+        now,
+        claimed: reserved,
+        plan,
+        wake: None,
+        fresh_spec: false,
+        create_hold: None,
+        avoided: avoid::still_avoided(&previous.avoided_slices, now),
+        rejections: rejections::recent(tc, &previous.kubelet_rejections, now),
+        spare_refills: Vec::new(),
+    }
 }
 
 impl<'a> Planner<'a> {
-    pub(super) fn new(
-        tc: &'a TrainCluster,
-        previous: &'a TrainClusterStatus,
-        inventory: &'a Inventory,
-        reserved: HashSet<String>,
-        plan: Plan,
-        now: Timestamp,
-    ) -> Planner<'a> {
-        Planner {
-            tc,
-            previous,
-            inventory,
-            now,
-            claimed: reserved,
-            plan,
-            wake: None,
-            fresh_spec: false,
-            create_hold: None,
-            avoided: super::avoid::still_avoided(&previous.avoided_slices, now),
-            rejections: super::rejections::recent(tc, &previous.kubelet_rejections, now),
-            spare_refills: Vec::new(),
-        }
-    }
-
     /// Plan every worker group in spec order (so earlier groups get the first pick of free
     /// slices), then the pods no group owns any more, the head pod and the status. A run
     /// that has succeeded only winds down (`completion`).
@@ -120,10 +186,10 @@ impl<'a> Planner<'a> {
         if self.previous.observed_generation == self.tc.metadata.generation {
             return;
         }
-        let dropped = super::render::reserved_template_labels(self.tc);
+        let dropped = render::reserved_template_labels(self.tc);
         if !dropped.is_empty() {
             self.emit(
-                super::EventType::Warning,
+                EventType::Warning,
                 "ReservedLabelsDropped",
                 format!(
                     "labels under {} are the operator's own and were left off the pods: {}; remove them from the template",
@@ -154,7 +220,7 @@ fn spares_last(plan: &mut Plan) {
     if order.iter().enumerate().all(|(to, from)| to == *from) {
         return;
     }
-    let mut moved: Vec<Option<super::GroupCreate>> = std::mem::take(&mut plan.create)
+    let mut moved: Vec<Option<GroupCreate>> = std::mem::take(&mut plan.create)
         .into_iter()
         .map(Some)
         .collect();
@@ -163,7 +229,7 @@ fn spares_last(plan: &mut Plan) {
         .map(|i| moved[*i].take().expect("once"))
         .collect();
     for event in &mut plan.events {
-        if let Some(super::EventAfter::Create(i)) = &mut event.after {
+        if let Some(EventAfter::Create(i)) = &mut event.after {
             *i = order.iter().position(|from| from == i).expect("an index");
         }
     }
@@ -209,6 +275,7 @@ fn group_memory(previous: &TrainClusterStatus, name: &str, reset_budget: bool) -
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use std::sync::Arc;
 
     use super::*;
@@ -265,7 +332,7 @@ mod tests {
                 epoch: 4,
                 restarts: 2,
                 preemptions: 1,
-                backoff_until: Some("2030-01-01T00:00:00Z".into()),
+                backoff_until: Some(Time("2030-01-01T00:00:00Z".parse().unwrap())),
                 ..Default::default()
             }],
             ..Default::default()
@@ -291,7 +358,7 @@ mod tests {
                 epoch: 4,
                 restarts: 2,
                 preemptions: 1,
-                backoff_until: Some("2030-01-01T00:00:00Z".into()),
+                backoff_until: Some(Time("2030-01-01T00:00:00Z".parse().unwrap())),
                 ..Default::default()
             }],
             ..Default::default()

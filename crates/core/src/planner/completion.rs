@@ -7,10 +7,11 @@
 use jiff::{SignedDuration, Timestamp};
 
 use super::assemble::GroupSummary;
-use super::cluster::Planner;
+use super::clock::stamp;
 use super::observe::PodFacts;
+use super::state::Planner;
 use super::status::set_condition;
-use super::{DeleteReason, EventType, Plan, parse_time};
+use super::{DeleteReason, EventType, Plan};
 use crate::api::{
     CONDITION_READY, CONDITION_SUCCEEDED, Phase, SuccessPolicy, TrainCluster, TrainClusterStatus,
 };
@@ -37,7 +38,7 @@ pub(super) fn all_workers_succeeded(tc: &TrainCluster, groups: &[GroupSummary]) 
 /// When the finished pods are due for deletion, if a TTL is set.
 pub(super) fn ttl_deadline(tc: &TrainCluster, status: &TrainClusterStatus) -> Option<Timestamp> {
     let ttl = tc.spec.ttl_seconds_after_finished?;
-    let done = parse_time(status.completion_time.as_deref())?;
+    let done = status.completion_time.as_ref()?.0;
     done.checked_add(SignedDuration::from_secs(ttl.into())).ok()
 }
 
@@ -64,7 +65,7 @@ impl Planner<'_> {
         };
         status.phase = Phase::Succeeded;
         status.observed_generation = generation;
-        status.completion_time = Some(self.now.to_string());
+        status.completion_time = Some(stamp(self.now));
         set_condition(
             &mut status,
             CONDITION_SUCCEEDED,

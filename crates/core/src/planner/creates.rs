@@ -5,7 +5,8 @@
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::{EventType, PlannedEvent, parse_time, policy, status::set_condition};
+use super::clock::stamp;
+use super::{EventType, PlannedEvent, policy, status::set_condition};
 use crate::api::{CONDITION_REPLICA_FAILURE, Condition, TrainClusterStatus};
 
 /// First wait after a rejected create; doubles with each rejection in a row.
@@ -23,7 +24,11 @@ pub(super) fn hold(
     if fresh_spec {
         return None;
     }
-    parse_time(previous.create_retry_after.as_deref()).filter(|t| *t > now)
+    previous
+        .create_retry_after
+        .as_ref()
+        .map(|t| t.0)
+        .filter(|t| *t > now)
 }
 
 /// The status after the API server rejected a create with `message`, and the event to emit:
@@ -54,7 +59,7 @@ pub fn record_spare_rejection(
 pub fn retry_at(status: &TrainClusterStatus, now: Timestamp) -> Option<Timestamp> {
     [&status.create_retry_after, &status.spare_retry_after]
         .into_iter()
-        .filter_map(|t| parse_time(t.as_deref()))
+        .filter_map(|t| t.as_ref().map(|t| t.0))
         .filter(|t| *t > now)
         .min()
 }
@@ -68,7 +73,11 @@ pub(super) fn spare_hold(
     if fresh_spec {
         return None;
     }
-    parse_time(previous.spare_retry_after.as_deref()).filter(|t| *t > now)
+    previous
+        .spare_retry_after
+        .as_ref()
+        .map(|t| t.0)
+        .filter(|t| *t > now)
 }
 
 fn record(
@@ -86,7 +95,7 @@ fn record(
         REJECTED_CREATE_BACKOFF,
         REJECTED_CREATE_MAX_BACKOFF,
     );
-    let retry = now.saturating_add(wait).ok().map(|t| t.to_string());
+    let retry = now.saturating_add(wait).ok().map(stamp);
     match spare {
         true => next.spare_retry_after = retry,
         false => next.create_retry_after = retry,
@@ -112,7 +121,7 @@ fn record(
     let event = news.then(|| PlannedEvent {
         type_: EventType::Warning,
         reason: "FailedCreate",
-        note: super::truncate(&text, 1000),
+        note: super::text::truncate(&text, 1000),
         after: None,
     });
     (next, event)
@@ -178,6 +187,7 @@ pub const SPARE_REJECTION: &str = "placeholder pods";
 mod tests {
     use super::*;
     use crate::testing::at;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     #[test]
     fn a_rejection_sets_the_condition_with_the_servers_message_and_waits_longer_each_time() {
@@ -191,7 +201,7 @@ mod tests {
             at(0),
         );
         assert_eq!(first.create_failures, 1);
-        assert_eq!(first.create_retry_after, Some(at(10).to_string()));
+        assert_eq!(first.create_retry_after, Some(Time(at(10))));
         let condition = rejection(&first).expect("condition set");
         assert_eq!(condition.reason, "FailedCreate");
         assert!(
@@ -211,7 +221,7 @@ mod tests {
         assert_eq!(second.create_failures, 2);
         assert_eq!(
             second.create_retry_after,
-            Some(at(30).to_string()),
+            Some(Time(at(30))),
             "20 s the second time"
         );
         assert!(again.is_none(), "the same rejection again is no news");
@@ -255,6 +265,7 @@ mod tests {
 mod spare_tests {
     use super::*;
     use crate::testing::at;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     const NO_CLASS: &str =
         "pods \"x\" is forbidden: no PriorityClass with name slice-operator-spare was found";
@@ -264,7 +275,7 @@ mod spare_tests {
         let what = format!("the {SPARE_REJECTION} of group w spare 0");
         let (rejected, _) =
             record_spare_rejection(&TrainClusterStatus::default(), &what, NO_CLASS, None, at(0));
-        assert_eq!(rejected.spare_retry_after, Some(at(10).to_string()));
+        assert_eq!(rejected.spare_retry_after, Some(Time(at(10))));
         assert_eq!(rejected.create_retry_after, None, "workers do not wait");
         assert_eq!(
             clear(&rejected, Created::Workers),

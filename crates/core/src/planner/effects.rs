@@ -3,8 +3,8 @@
 
 use jiff::Timestamp;
 
-use super::cluster::Planner;
 use super::observe::ObservedReplica;
+use super::state::Planner;
 use super::{DeleteReason, EventAfter, EventType, GroupDelete, PlannedEvent, PodRef};
 use crate::lean::LeanPod;
 

@@ -7,9 +7,10 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use jiff::{SignedDuration, Timestamp};
 
 use super::assemble::{self, GroupSummary};
-use super::cluster::Planner;
 use super::observe::{self, ObservedReplica, PodFacts};
-use super::{DeleteReason, budget, place, retire, revision, spares};
+use super::place::{self, Mine};
+use super::state::Planner;
+use super::{DeleteReason, budget, retire, revision, spares};
 use crate::api::validate::ResolvedGroup;
 use crate::api::{GroupStatus, Membership, SuccessPolicy};
 use crate::constants::ROLE_SPARE;
@@ -259,13 +260,6 @@ fn available_slices(group: &ResolvedGroup<'_>, usable: usize) -> u32 {
 
 #[cfg(test)]
 mod tests;
-
-/// The slices a group keeps for itself: its pods' slices, and the slices it reserved while
-/// it (re)creates replicas (see [`reserve`]).
-pub(super) struct Mine<'s> {
-    pub pods: &'s HashSet<&'s str>,
-    pub reserved: &'s HashSet<&'s str>,
-}
 
 /// While the group has replicas to (re)create, the slices its size counted on are kept for
 /// it, so that no other TrainCluster takes one in the moment between the old pods going and

@@ -2,7 +2,7 @@
 //! is charged to its own restart budget and replaced after a backoff; a head on an outdated
 //! template is replaced; the head is stopped while the cluster is suspended or failed.
 
-use super::cluster::Planner;
+use super::state::Planner;
 use super::{DeleteReason, EventAfter, EventType, budget, render, revision};
 use crate::api::{HeadStatus, TrainClusterStatus};
 use crate::inventory::is_terminal;

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 
-use super::cluster::Planner;
 use super::observe::{ObservedReplica, Verdict};
+use super::state::Planner;
 use super::{DeleteReason, DisruptionKind};
 use crate::api::GroupStatus;
 

@@ -5,8 +5,8 @@ use std::collections::{BTreeSet, HashSet};
 
 use jiff::SignedDuration;
 
-use super::cluster::Planner;
 use super::render::{self, GroupPlacement, PinnedSlice};
+use super::state::Planner;
 use super::{EventType, GroupCreate};
 use crate::api::GroupStatus;
 use crate::api::validate::ResolvedGroup;
@@ -64,7 +64,7 @@ impl<'a> Planner<'a> {
     pub(super) fn usable_slices(
         &mut self,
         group: &ResolvedGroup<'_>,
-        mine: &super::group::Mine<'_>,
+        mine: &Mine<'_>,
         spares: &HashSet<&str>,
         grace: SignedDuration,
     ) -> Vec<&'a Slice> {
@@ -251,6 +251,13 @@ impl<'a> Planner<'a> {
             self.claimed.insert(s.id.clone());
         }
     }
+}
+
+/// The slices a group keeps for itself: its pods' slices, and the slices it reserved while
+/// it (re)creates replicas (see `group::reserve`).
+pub(super) struct Mine<'s> {
+    pub pods: &'s HashSet<&'s str>,
+    pub reserved: &'s HashSet<&'s str>,
 }
 
 #[cfg(test)]

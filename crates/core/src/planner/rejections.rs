@@ -5,8 +5,9 @@
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::cluster::Planner;
-use super::{DeleteReason, EventType, parse_time};
+use super::clock::stamp;
+use super::state::Planner;
+use super::{DeleteReason, EventType};
 use crate::api::{HeadStatus, KubeletRejection, TrainCluster};
 
 /// The kubelet refusals noted within the last `elastic.placementTimeoutSeconds`.
@@ -19,8 +20,10 @@ pub(super) fn recent(
     previous
         .iter()
         .filter(|r| {
-            parse_time(Some(&r.time))
-                .and_then(|t| t.checked_add(window).ok())
+            r.time
+                .0
+                .checked_add(window)
+                .ok()
                 .is_some_and(|until| until > now)
         })
         .cloned()
@@ -56,7 +59,7 @@ impl Planner<'_> {
             pod_uid: uid.clone(),
             reason: reason.clone(),
             message: message.clone(),
-            time: self.now.to_string(),
+            time: stamp(self.now),
         });
         before.is_some()
     }
@@ -89,7 +92,7 @@ impl Planner<'_> {
         }
         let wait = SignedDuration::from_secs(self.tc.spec.failure_policy.backoff_seconds.into());
         let until = self.now.saturating_add(wait).unwrap_or(self.now);
-        head.backoff_until = Some(until.to_string());
+        head.backoff_until = Some(stamp(until));
         self.emit(
             EventType::Warning,
             "HeadRejected",
@@ -106,6 +109,7 @@ impl Planner<'_> {
 mod tests {
     use super::*;
     use crate::testing::{at, train_cluster};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     #[test]
     fn refusals_older_than_the_window_are_forgotten() {
@@ -113,8 +117,12 @@ mod tests {
         let window = i64::from(tc.spec.elastic.placement_timeout_seconds);
         let noted = |slice: &str, secs: i64| KubeletRejection {
             slice: slice.into(),
-            time: at(secs).to_string(),
-            ..Default::default()
+            node: String::new(),
+            pod: String::new(),
+            pod_uid: String::new(),
+            reason: String::new(),
+            message: String::new(),
+            time: Time(at(secs)),
         };
         let kept = recent(&tc, &[noted("a", 0), noted("b", 10)], at(window + 5));
         assert_eq!(kept, [noted("b", 10)]);

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, EnvVar, Pod, PodAffinity, PodAffinityTerm, PodAntiAffinity, PodSpec, Service,
-    ServicePort, ServiceSpec,
+    Affinity, Pod, PodAffinity, PodAffinityTerm, PodAntiAffinity, PodSpec, Service, ServicePort,
+    ServiceSpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference,
@@ -12,49 +12,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 use kube::Resource;
 
 use super::GroupPods;
+pub use super::env::{GroupPlacement, PinnedSlice, head_env, set_operator_env, tpu_env};
+pub use super::names::{head_pod_name, headless_service_name, worker_hostname, worker_pod_name};
 use crate::api::{Membership, TrainCluster, validate::ResolvedGroup};
 use crate::constants::*;
-
-/// Where a new group goes and which job it belongs to.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GroupPlacement {
-    pub replica: u32,
-    pub epoch: u64,
-    pub incarnation: u64,
-    /// Slices in this group's multislice job (its `MEGASCALE_NUM_SLICES`).
-    pub slices_in_job: u32,
-    /// The slice to pin to, or None for exclusive affinity (autoscaler provisions a slice).
-    pub slice: Option<PinnedSlice>,
-    /// The group's current template hash (`revision::group_hash`).
-    pub template_hash: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PinnedSlice {
-    pub id: String,
-    pub single_host: bool,
-}
-
-pub fn headless_service_name(cluster: &str) -> String {
-    format!("{cluster}{HEADLESS_SERVICE_SUFFIX}")
-}
-
-pub fn head_pod_name(cluster: &str) -> String {
-    format!("{cluster}{HEAD_SUFFIX}")
-}
-
-pub fn worker_pod_name(cluster: &str, group: &str, replica: u32, host: u32) -> String {
-    format!("{cluster}-{group}-{replica}-{host}")
-}
-
-/// Fully qualified (within the namespace) hostname of a worker pod.
-pub fn worker_hostname(cluster: &str, group: &str, replica: u32, host: u32) -> String {
-    format!(
-        "{}.{}",
-        worker_pod_name(cluster, group, replica, host),
-        headless_service_name(cluster)
-    )
-}
 
 /// A short, stable key naming one group incarnation (exclusive placement selector).
 pub fn group_key(
@@ -342,102 +303,6 @@ pub fn worker_pod(
         }
     }
     owned_pod(tc, name, labels, meta.annotations, spec)
-}
-
-/// The env contract of one TPU worker (see docs/env-contract.md).
-pub fn tpu_env(
-    tc: &TrainCluster,
-    group: &ResolvedGroup<'_>,
-    placement: &GroupPlacement,
-    host: u32,
-    hostnames: &[String],
-) -> Vec<(&'static str, String)> {
-    let Some(shape) = &group.shape else {
-        return Vec::new();
-    };
-    let cluster = tc.metadata.name.as_deref().unwrap_or_default();
-    let gname = group.name();
-    let replica = placement.replica;
-    let mut env = vec![
-        (ENV_TPU_WORKER_ID, host.to_string()),
-        (ENV_TPU_WORKER_HOSTNAMES, hostnames.join(",")),
-        (
-            ENV_TPU_NAME,
-            format!("{cluster}-{gname}-{replica}-{}", placement.incarnation),
-        ),
-        (ENV_TPU_ACCELERATOR_TYPE, shape.pod_type()),
-        (ENV_TPU_TOPOLOGY, shape.topology.to_string()),
-    ];
-    // Independent replicas are one-slice jobs of their own. MEGASCALE_* is always set:
-    // when unset, JAX asks the GCE metadata server instead (see docs/env-contract.md).
-    let (slices, slice_id, coordinator) = match tc.spec.membership {
-        Membership::Multislice => (
-            placement.slices_in_job,
-            replica,
-            worker_hostname(cluster, gname, 0, 0),
-        ),
-        Membership::Independent => (1, 0, worker_hostname(cluster, gname, replica, 0)),
-    };
-    env.extend([
-        (ENV_MEGASCALE_NUM_SLICES, slices.to_string()),
-        (ENV_MEGASCALE_SLICE_ID, slice_id.to_string()),
-        (ENV_MEGASCALE_COORDINATOR_ADDRESS, coordinator),
-        (ENV_MEGASCALE_PORT, MEGASCALE_PORT.to_string()),
-        (ENV_TPU_SKIP_MDS_QUERY, "true".to_string()),
-    ]);
-    if shape.generation.uses_process_addresses() {
-        let addresses: Vec<String> = hostnames
-            .iter()
-            .map(|h| format!("{h}:{TPU_PROCESS_PORT}"))
-            .collect();
-        env.push((ENV_TPU_PROCESS_ADDRESSES, addresses.join(",")));
-        env.push((ENV_TPU_PROCESS_PORT, TPU_PROCESS_PORT.to_string()));
-    }
-    env
-}
-
-/// Where workers find the head: its stable DNS name and each named port of its template
-/// (`SLICES_HEAD_PORT_<NAME>`, upper case, `-` as `_`). Empty without a head.
-pub fn head_env(tc: &TrainCluster) -> Vec<(String, String)> {
-    let Some(head) = tc.spec.head.as_ref() else {
-        return Vec::new();
-    };
-    let cluster = tc.metadata.name.as_deref().unwrap_or_default();
-    let host = format!(
-        "{}.{}",
-        head_pod_name(cluster),
-        headless_service_name(cluster)
-    );
-    let mut env = vec![(ENV_HEAD_HOST.to_string(), host)];
-    let containers = head.template.spec.iter().flat_map(|s| &s.containers);
-    for port in containers.flat_map(|c| c.ports.iter().flatten()) {
-        if let Some(name) = &port.name {
-            let key = format!(
-                "{ENV_HEAD_PORT_PREFIX}{}",
-                name.to_ascii_uppercase().replace('-', "_")
-            );
-            env.push((key, port.container_port.to_string()));
-        }
-    }
-    env
-}
-
-/// The operator is the authority for the contract's keys: drop any value the user (or a
-/// webhook-shaped template) set for them, every `MEGASCALE_*` and `SLICES_HEAD_*` key and
-/// the keys that would steer JAX elsewhere ([`ENV_RESERVED`]), then append ours.
-/// Other user env is kept in order.
-pub fn set_operator_env<K: AsRef<str>>(env: &mut Vec<EnvVar>, ours: &[(K, String)]) {
-    env.retain(|e| {
-        !e.name.starts_with(ENV_MEGASCALE_PREFIX)
-            && !e.name.starts_with(ENV_HEAD_PORT_PREFIX)
-            && !ENV_RESERVED.contains(&e.name.as_str())
-            && !ours.iter().any(|(k, _)| k.as_ref() == e.name)
-    });
-    env.extend(ours.iter().map(|(k, v)| EnvVar {
-        name: k.as_ref().to_string(),
-        value: Some(v.clone()),
-        value_from: None,
-    }));
 }
 
 /// Keep all hosts of a group on one node pool, and other groups off it, so a cluster

@@ -2,10 +2,10 @@
 //! when the group stops, the whole multislice job when its membership changes, or the
 //! highest independent replicas above the target.
 
-use super::cluster::Planner;
 use super::judge::Tally;
 use super::observe::ObservedReplica;
 use super::size::Sizing;
+use super::state::Planner;
 use super::{DeleteReason, EventType};
 
 /// What becomes of the replicas judging kept.

@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use super::render;
+use super::env::head_env;
 use crate::api::TrainCluster;
 use crate::api::validate::ResolvedGroup;
 
@@ -35,7 +35,7 @@ pub fn group_hash(tc: &TrainCluster, group: &ResolvedGroup<'_>) -> String {
         "tpu": group.spec.tpu,
         "hostsPerGroup": group.spec.hosts_per_group,
         "membership": tc.spec.membership,
-        "headEnv": render::head_env(tc),
+        "headEnv": head_env(tc),
     }))
 }
 
@@ -55,6 +55,7 @@ pub fn is_outdated(pod_hash: Option<&str>, current: &str) -> bool {
 mod tests {
     use super::*;
     use crate::api::{HeadSpec, Membership, validate};
+    use crate::planner::render;
     use crate::testing::*;
     use k8s_openapi::api::core::v1::ContainerPort;
 

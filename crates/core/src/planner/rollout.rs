@@ -2,8 +2,8 @@
 //! is replaced whole. A multislice job restarts as one new epoch (`retire`); independent
 //! replicas are replaced one slice at a time, never more than `rollout.maxUnavailable` down.
 
-use super::cluster::Planner;
 use super::observe::{ObservedReplica, Verdict};
+use super::state::Planner;
 use super::{DeleteReason, EventAfter, EventType};
 
 /// The kept replicas (by position in `kept`) to replace now: outdated ones that are down

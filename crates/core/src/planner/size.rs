@@ -3,9 +3,10 @@
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::cluster::Planner;
+use super::clock::stamp;
 use super::policy::{self, SizeDecision};
-use super::{DeleteReason, EventType, parse_time};
+use super::state::Planner;
+use super::{DeleteReason, EventType};
 use crate::api::validate::ResolvedGroup;
 use crate::api::{GroupStatus, Phase, TrainClusterSpec};
 
@@ -75,7 +76,7 @@ pub(super) fn decide(
         max: group.spec.slices.max,
         allowed: &spec.elastic.allowed_slice_counts,
         previous_target: memory.desired_slices,
-        last_resize: parse_time(memory.last_resize_time.as_deref()),
+        last_resize: memory.last_resize_time.as_ref().map(|t| t.0),
         resize_interval: SignedDuration::from_secs(spec.elastic.resize_interval_seconds.into()),
         now,
     })
@@ -103,7 +104,7 @@ impl Planner<'_> {
             self.wake_at(at);
         }
         if sizing.resized() {
-            memory.last_resize_time = Some(self.now.to_string());
+            memory.last_resize_time = Some(stamp(self.now));
             if !failed && !spec.suspend {
                 let (target, previous) = (sizing.target, sizing.previous_target);
                 let verb = if previous == 0 {
@@ -151,6 +152,7 @@ mod tests {
     use crate::api::Membership;
     use crate::planner::tests::Scene;
     use crate::testing::at;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn memory(available: u32, desired: u32) -> GroupStatus {
         GroupStatus {
@@ -210,7 +212,7 @@ mod tests {
             3
         );
         let mut resized = memory(4, 3);
-        resized.last_resize_time = Some(at(0).to_string());
+        resized.last_resize_time = Some(Time(at(0)));
         let early = decide(spec, &group, &resized, (false, false), at(10));
         assert_eq!((early.target, early.grow_at), (3, Some(at(60))));
     }
@@ -248,7 +250,7 @@ mod tests {
             }
         );
         assert_eq!(mem.desired_slices, 2);
-        assert_eq!(mem.last_resize_time, Some(scene.world.now.to_string()));
+        assert_eq!(mem.last_resize_time, Some(Time(scene.world.now)));
         let notes: Vec<_> = planner.plan.events.iter().map(|e| &e.note).collect();
         assert_eq!(
             notes,
@@ -296,7 +298,7 @@ mod tests {
         let group = scene.group();
         let mut planner = scene.planner();
         let mut mem = memory(4, 2);
-        mem.last_resize_time = Some(scene.world.now.to_string());
+        mem.last_resize_time = Some(Time(scene.world.now));
         assert_eq!(planner.size_group(&group, &mut mem, false, false).target, 2);
         assert_eq!(
             planner.wake,

@@ -2,6 +2,7 @@
 
 use jiff::Timestamp;
 
+use super::clock::stamp;
 use crate::api::{
     CONDITION_FAILED, CONDITION_READY, CONDITION_SLICES_AVAILABLE, CONDITION_VALID, Condition,
     GroupStatus, Phase, TrainCluster, TrainClusterStatus,
@@ -196,7 +197,7 @@ pub(crate) fn set_condition(
         }
         Some(c) => {
             if c.status != value {
-                c.last_transition_time = now.to_string();
+                c.last_transition_time = stamp(now);
             }
             c.status = value.into();
             c.reason = reason.into();
@@ -210,7 +211,7 @@ pub(crate) fn set_condition(
                 status: value.into(),
                 reason: reason.into(),
                 message: message.into(),
-                last_transition_time: now.to_string(),
+                last_transition_time: stamp(now),
                 observed_generation: generation,
             });
             true
@@ -223,6 +224,7 @@ mod tests {
     use super::*;
     use crate::api::Membership;
     use crate::testing::{at, train_cluster};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn group(desired: u32, ready: u32, replicas: u32) -> GroupStatus {
         GroupStatus {
@@ -345,7 +347,7 @@ mod tests {
             Some(1),
             at(10)
         ));
-        assert_eq!(status.conditions[0].last_transition_time, at(0).to_string());
+        assert_eq!(status.conditions[0].last_transition_time, Time(at(0)));
         assert!(set_condition(
             &mut status,
             "X",
@@ -355,10 +357,7 @@ mod tests {
             Some(1),
             at(20)
         ));
-        assert_eq!(
-            status.conditions[0].last_transition_time,
-            at(20).to_string()
-        );
+        assert_eq!(status.conditions[0].last_transition_time, Time(at(20)));
         assert_eq!(status.conditions.len(), 1);
     }
 }

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 
 use jiff::SignedDuration;
 
-use super::cluster::Planner;
 use super::observe::{ObservedReplica, Verdict};
+use super::state::Planner;
 use super::{DeleteReason, EventType, GroupDelete, PodRef};
 use crate::lean::LeanPod;
 

@@ -7,7 +7,7 @@
 //! `4x4x8`, `8x16x16`); that rule is checked here, and GKE's capacity limits per zone are
 //! left to GKE.
 
-use super::{Generation, Topology};
+use super::types::{Generation, Topology};
 
 /// The 2D shapes of v5e and v6e slices.
 pub const TOPOLOGIES_2D: &[&str] = &["1x1", "2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16"];

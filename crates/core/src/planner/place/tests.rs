@@ -205,6 +205,6 @@ fn promised_slices_are_not_usable_by_a_later_group() {
 fn mine<'s>(
     pods: &'s HashSet<&'s str>,
     reserved: &'s HashSet<&'s str>,
-) -> crate::planner::group::Mine<'s> {
-    crate::planner::group::Mine { pods, reserved }
+) -> crate::planner::place::Mine<'s> {
+    crate::planner::place::Mine { pods, reserved }
 }

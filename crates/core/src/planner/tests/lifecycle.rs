@@ -80,7 +80,12 @@ fn a_run_whose_workers_all_exit_0_succeeds_without_recreation_or_charge() {
         let status = world.status();
         assert_eq!(status.phase, Phase::Succeeded, "{membership:?}");
         assert_eq!((status.restarts, status.preemptions), (0, 0));
-        assert_eq!(status.completion_time, Some(world.now.to_string()));
+        assert_eq!(
+            status.completion_time,
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                world.now
+            ))
+        );
         let succeeded = status
             .conditions
             .iter()

@@ -18,12 +18,14 @@ use jiff::SignedDuration;
 use k8s_openapi::api::core::v1::{ContainerPort, EnvVar, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::cluster::Planner;
 use super::observe::{ObservedReplica, PodFacts, Verdict};
+use super::state::Planner;
 use super::*;
 use crate::api::validate::{self, ResolvedGroup};
 use crate::api::*;
 use crate::constants::*;
+use crate::inventory::Inventory;
+use crate::lean::LeanPod;
 use crate::testing::*;
 
 fn secs(n: i64) -> SignedDuration {
@@ -117,7 +119,7 @@ impl Scene {
     /// A planner with an empty plan, as [`plan`] starts one.
     pub(super) fn planner(&self) -> Planner<'_> {
         let tc = &self.world.cluster;
-        Planner::new(
+        super::cluster::start(
             tc,
             &self.previous,
             &self.inventory,

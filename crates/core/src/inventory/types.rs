@@ -1,0 +1,178 @@
+//! What the inventory holds: slices, their nodes and each node's health.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+
+use super::occupancy::Occupancy;
+
+/// Health of a node as far as slice readiness is concerned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeHealth {
+    Ready,
+    /// Ready condition is not True; `since` is its last transition, if known.
+    NotReady {
+        since: Option<Timestamp>,
+    },
+    /// Being deleted or carrying a termination notice: lost, however ready it still looks.
+    Terminating {
+        reason: String,
+    },
+    /// Present and ready but not usable for a new group (cordoned, wrong chip count, ...).
+    Unusable {
+        reason: String,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct NodeState {
+    pub name: String,
+    /// Id of its slice.
+    pub(super) slice: String,
+    pub health: NodeHealth,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Slice {
+    /// Node pool name (multi-host) or node name (single-host).
+    pub id: String,
+    pub accelerator: String,
+    pub topology: String,
+    pub chips_per_host: u32,
+    pub hosts_expected: u32,
+    pub nodes: Vec<String>,
+    /// Why the slice is not usable for a new group, if it is not.
+    pub not_ready: Option<String>,
+    pub occupancy: Occupancy,
+    /// True when the slice is single-host (pinned by node name rather than node pool).
+    pub single_host: bool,
+    /// Lost regardless of time: a node terminating or being deleted.
+    pub(super) lost: Option<String>,
+    /// Earliest NotReady transition among its nodes, for the grace period.
+    pub(super) not_ready_since: Option<Timestamp>,
+}
+
+impl Slice {
+    pub fn hosts_present(&self) -> u32 {
+        self.nodes.len() as u32
+    }
+    pub fn is_ready(&self) -> bool {
+        self.not_ready.is_none()
+    }
+    pub fn is_free(&self) -> bool {
+        self.occupancy == Occupancy::Free
+    }
+    pub fn matches(&self, accelerator: &str, topology: &str, hosts: u32) -> bool {
+        self.accelerator == accelerator && self.topology == topology && self.hosts_expected == hosts
+    }
+}
+
+pub(super) type FastMap<K, V> = rustc_hash::FxHashMap<K, V>;
+
+#[derive(Clone, Debug, Default)]
+pub struct Inventory {
+    /// By id (iterated in id order).
+    pub(super) slices: BTreeMap<String, Slice>,
+    pub(super) nodes: FastMap<String, NodeState>,
+}
+
+impl Inventory {
+    /// Slices in id order.
+    pub fn slices(&self) -> impl Iterator<Item = &Slice> {
+        self.slices.values()
+    }
+
+    pub fn slice(&self, id: &str) -> Option<&Slice> {
+        self.slices.get(id)
+    }
+
+    /// The slice a node belongs to.
+    pub fn slice_of_node(&self, node: &str) -> Option<&Slice> {
+        self.nodes.get(node).and_then(|n| self.slices.get(&n.slice))
+    }
+
+    pub fn node(&self, name: &str) -> Option<&NodeState> {
+        self.nodes.get(name)
+    }
+
+    /// Why a node counts as lost for the group running on it: gone, terminating, or NotReady
+    /// for longer than `grace`. None while it is healthy or still within the grace period.
+    pub fn node_lost(
+        &self,
+        name: &str,
+        now: Timestamp,
+        grace: jiff::SignedDuration,
+    ) -> Option<String> {
+        match self.nodes.get(name).map(|n| &n.health) {
+            None => Some(format!("node {name} is gone")),
+            Some(NodeHealth::Terminating { reason }) => Some(format!("node {name}: {reason}")),
+            Some(NodeHealth::NotReady { since: None }) => Some(format!("node {name} is NotReady")),
+            Some(NodeHealth::NotReady { since: Some(since) })
+                if since.saturating_add(grace).ok()? <= now =>
+            {
+                Some(format!("node {name} has been NotReady since {since}"))
+            }
+            _ => None,
+        }
+    }
+
+    /// Why the kubelet of a node cannot confirm a pod deletion: the node is gone, or
+    /// NotReady past the grace. None while it may still answer (including a node that is
+    /// merely being drained or deleted: its kubelet still runs).
+    pub fn kubelet_unreachable(
+        &self,
+        name: &str,
+        now: Timestamp,
+        grace: jiff::SignedDuration,
+    ) -> Option<String> {
+        match self.nodes.get(name).map(|n| &n.health) {
+            None => Some(format!("node {name} is gone")),
+            Some(NodeHealth::NotReady { .. }) => self.node_lost(name, now, grace),
+            Some(_) => None,
+        }
+    }
+
+    /// When a NotReady node of this slice stops being tolerated, if one is within its grace.
+    pub fn grace_deadline(&self, slice: &Slice, grace: jiff::SignedDuration) -> Option<Timestamp> {
+        slice
+            .not_ready_since
+            .and_then(|since| since.saturating_add(grace).ok())
+    }
+
+    /// Why a slice held by a group counts as lost (see [`Inventory::node_lost`]); a missing
+    /// host also loses it. Constant time: the facts are gathered when the inventory is built.
+    pub fn slice_lost(
+        &self,
+        slice: &Slice,
+        now: Timestamp,
+        grace: jiff::SignedDuration,
+    ) -> Option<String> {
+        if slice.hosts_present() < slice.hosts_expected {
+            return Some(format!(
+                "slice {}: {} of {} hosts present",
+                slice.id,
+                slice.hosts_present(),
+                slice.hosts_expected
+            ));
+        }
+        if let Some(reason) = &slice.lost {
+            return Some(reason.clone());
+        }
+        let deadline = self.grace_deadline(slice, grace)?;
+        (deadline <= now).then(|| {
+            format!(
+                "slice {}: a node has been NotReady since before {}",
+                slice.id,
+                deadline - grace
+            )
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.slices.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slices.is_empty()
+    }
+}

@@ -1,0 +1,37 @@
+//! The planner's working state: what every phase reads (the cluster, its last status, the
+//! inventory, now) and what the phases have decided so far (the plan under construction).
+//! The phases add to it through the methods in `effects`.
+
+use std::collections::HashSet;
+
+use jiff::Timestamp;
+
+use super::spares::Refill;
+use super::types::Plan;
+use crate::api::{AvoidedSlice, KubeletRejection, TrainCluster, TrainClusterStatus};
+use crate::inventory::Inventory;
+
+/// The plan of one TrainCluster under construction, shared by every phase (one module each).
+pub(super) struct Planner<'a> {
+    pub(super) tc: &'a TrainCluster,
+    /// The last status written: the planner's memory of its own decisions.
+    pub(super) previous: &'a TrainClusterStatus,
+    pub(super) inventory: &'a Inventory,
+    pub(super) now: Timestamp,
+    /// Free slices already promised: to another cluster (reservations) or to an earlier
+    /// worker group in this plan.
+    pub(super) claimed: HashSet<String>,
+    pub(super) plan: Plan,
+    /// The earliest moment something pending (backoff, grace, growth) needs another look.
+    pub(super) wake: Option<Timestamp>,
+    /// The spec changed since the last status: budgets and create backoff start afresh.
+    pub(super) fresh_spec: bool,
+    /// No pod is created before this time (the API server rejected our last create).
+    pub(super) create_hold: Option<Timestamp>,
+    /// Slices not to place a group on yet (placement timeouts), written back to the status.
+    pub(super) avoided: Vec<AvoidedSlice>,
+    /// Kubelet admission refusals still remembered, written back to the status.
+    pub(super) rejections: Vec<KubeletRejection>,
+    /// Each group's spares, kept at what is wanted once every group has been placed.
+    pub(super) spare_refills: Vec<Refill<'a>>,
+}
