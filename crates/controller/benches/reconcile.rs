@@ -37,7 +37,7 @@ use slice_core::api::{Membership, TrainCluster};
 use slice_core::inventory::Inventory;
 use slice_core::lean::{LeanNode, LeanPod, ReadyCondition};
 use slice_core::planner::{PlanInput, plan, render};
-use slice_core::testing::*;
+use slice_testkit::*;
 use tokio::runtime::Runtime;
 
 const SLICES: u32 = 1000;

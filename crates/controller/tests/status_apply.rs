@@ -10,8 +10,8 @@ use slice_controller::executor::service::ensure_service;
 use slice_controller::executor::status::{dynamic_api, write_status};
 use slice_core::api::{AvoidedSlice, HeadStatus, Membership, TrainCluster, TrainClusterStatus};
 use slice_core::planner::render::headless_service;
-use slice_core::testing::train_cluster;
 use slice_emulator::{Emulator, EmulatorOptions};
+use slice_testkit::train_cluster;
 
 fn ten_past() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
     k8s_openapi::apimachinery::pkg::apis::meta::v1::Time("2026-01-01T00:00:10Z".parse().unwrap())

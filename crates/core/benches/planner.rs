@@ -9,7 +9,7 @@ use slice_core::api::Membership;
 use slice_core::constants::*;
 use slice_core::inventory::{Inventory, LiveInventory};
 use slice_core::planner::{PlanInput, plan};
-use slice_core::testing::*;
+use slice_testkit::*;
 
 const SLICES: u32 = 1000;
 const HOSTS: u32 = 64;

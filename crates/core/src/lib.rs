@@ -16,7 +16,13 @@ pub mod inventory;
 pub mod lean;
 pub mod owner;
 pub mod planner;
-/// Object builders for tests and benchmarks (feature `testing`; never in the binary).
-#[cfg(any(test, feature = "testing"))]
-pub mod testing;
+/// The test kit (`crates/testkit`), compiled into this crate's own unit tests so that they
+/// build objects of this crate's types; everyone else uses it as `slice_testkit`.
+#[cfg(test)]
+#[path = "../../testkit/src/lib.rs"]
+#[allow(dead_code, unused_imports)] // the kit serves every crate; these tests use a part
+mod testing;
+// The test kit names the core `slice_core`, as every other crate does.
+#[cfg(test)]
+extern crate self as slice_core;
 pub mod tpu;

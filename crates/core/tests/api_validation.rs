@@ -6,7 +6,7 @@ use kube::core::cel::Validator;
 use serde_json::{Value, json};
 use slice_core::api::Membership;
 use slice_core::api::{TrainCluster, validate};
-use slice_core::testing::*;
+use slice_testkit::*;
 
 fn schema() -> Value {
     let crd = slice_core::api::crd();

@@ -10,7 +10,7 @@ use slice_core::api::{Membership, Phase};
 use slice_core::constants::*;
 use slice_core::inventory::Occupancy;
 use slice_core::planner::Plan;
-use slice_core::testing::*;
+use slice_testkit::*;
 
 #[derive(Clone, Debug)]
 enum Event {

@@ -11,7 +11,7 @@ use slice_core::api::{Membership, TrainCluster};
 use slice_core::constants::*;
 use slice_core::inventory::{Inventory, Occupancy};
 use slice_core::planner::{Plan, PlanInput, plan};
-use slice_core::testing::*;
+use slice_testkit::*;
 
 #[derive(Clone, Debug)]
 enum Event {

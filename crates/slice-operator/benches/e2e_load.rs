@@ -130,9 +130,9 @@ async fn run(binary: &str) -> anyhow::Result<()> {
     let started = Instant::now();
     let api: Api<TrainCluster> = Api::namespaced(client.clone(), "default");
     for c in 0..CLUSTERS {
-        let mut tc = slice_core::testing::train_cluster(Membership::Multislice, SLICES, SLICES);
+        let mut tc = slice_testkit::train_cluster(Membership::Multislice, SLICES, SLICES);
         tc.spec.worker_groups[0] =
-            slice_core::testing::tpu_group("w", "tpu-v6e-slice", "8x8", 4, SLICES, SLICES);
+            slice_testkit::tpu_group("w", "tpu-v6e-slice", "8x8", 4, SLICES, SLICES);
         tc.metadata = kube::api::ObjectMeta {
             name: Some(format!("lc-{c:03}")),
             namespace: Some("default".into()),

@@ -117,8 +117,7 @@ async fn a_64_slice_multislice_job_of_1024_pods_restarts_once_and_recovers_fully
     assert_eq!(env.own_nodes().await.len(), PODS);
 
     let mut tc = env.train_cluster(NAME, Membership::Multislice, SLICES, SLICES);
-    tc.spec.worker_groups[0] =
-        slice_core::testing::tpu_group("workers", V6E, "8x8", 4, SLICES, SLICES);
+    tc.spec.worker_groups[0] = slice_testkit::tpu_group("workers", V6E, "8x8", 4, SLICES, SLICES);
     let reconciles_before = reconciles(&env);
     let started = Instant::now();
     env.create(&tc).await;

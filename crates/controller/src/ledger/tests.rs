@@ -1,5 +1,5 @@
 use slice_core::api::{GroupStatus, Membership, TrainClusterStatus};
-use slice_core::testing::{World, train_cluster, v6e_pools};
+use slice_testkit::{World, train_cluster, v6e_pools};
 
 use super::*;
 

@@ -1,5 +1,5 @@
 use kube::runtime::watcher::Event;
-use slice_core::testing::{World, train_cluster, v6e_pools};
+use slice_testkit::{World, train_cluster, v6e_pools};
 
 use super::*;
 use crate::watches::{Feed, Policy};

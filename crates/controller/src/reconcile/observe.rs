@@ -221,7 +221,7 @@ fn uid(tc: &TrainCluster) -> String {
 mod tests {
     use super::*;
     use slice_core::api::Membership;
-    use slice_core::testing::{World, train_cluster, v6e_pools};
+    use slice_testkit::{World, train_cluster, v6e_pools};
 
     #[test]
     fn ending_a_reservation_without_creating_on_it_is_news_for_the_others() {

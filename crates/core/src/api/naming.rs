@@ -83,13 +83,7 @@ pub fn foreign_service(
     service: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
 ) -> Option<FieldError> {
     let uid = tc.metadata.uid.as_deref()?;
-    let ours = service
-        .owner_references
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .any(|o| o.controller == Some(true) && o.uid == uid);
-    if ours {
+    if crate::owner::is_controlled_by(service, uid) {
         return None;
     }
     let name = service.name.as_deref().unwrap_or_default();

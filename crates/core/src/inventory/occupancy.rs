@@ -64,16 +64,7 @@ impl std::fmt::Display for ForeignUse {
 
 /// The TrainCluster controlling a pod, if one does: (name, uid).
 pub fn train_cluster_owner(pod: &LeanPod) -> Option<(&str, &str)> {
-    pod.metadata
-        .owner_references
-        .as_deref()?
-        .iter()
-        .find(|o| {
-            o.controller == Some(true)
-                && o.kind == TRAIN_CLUSTER_KIND
-                && o.api_version.split('/').next() == Some(API_GROUP)
-        })
-        .map(|o| (o.name.as_str(), o.uid.as_str()))
+    crate::owner::train_cluster_controller(&pod.metadata).map(|o| (o.name.as_str(), o.uid.as_str()))
 }
 
 /// The worker group a pod belongs to, as a holder of its slice.
@@ -118,14 +109,7 @@ pub(super) fn add_holder(holders: &mut Vec<Holder>, holder: Holder) {
 /// `namespace/name` of a pod, or of its controller when it has one.
 pub(super) fn describe_pod(pod: &LeanPod) -> String {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-    let owner = pod
-        .metadata
-        .owner_references
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .find(|o| o.controller == Some(true));
-    match owner {
+    match crate::owner::controller(&pod.metadata) {
         Some(o) => format!("{} {namespace}/{}", o.kind, o.name),
         None => format!("pod {namespace}/{}", pod.name()),
     }

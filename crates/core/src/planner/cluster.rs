@@ -55,12 +55,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
 
 /// Pods are the operator's only if this TrainCluster (by uid) controls them.
 fn is_controlled_by(pod: &LeanPod, uid: Option<&str>) -> bool {
-    pod.metadata
-        .owner_references
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid)
+    uid.is_some_and(|uid| crate::owner::is_controlled_by(&pod.metadata, uid))
 }
 
 /// An invalid spec only reports itself (once per change of message).

@@ -543,7 +543,7 @@ impl Env {
         min: u32,
         max: u32,
     ) -> TrainCluster {
-        let mut tc = slice_core::testing::train_cluster(membership, min, max);
+        let mut tc = slice_testkit::train_cluster(membership, min, max);
         tc.metadata = kube::api::ObjectMeta {
             name: Some(name.into()),
             namespace: Some(self.namespace.clone()),
@@ -801,11 +801,11 @@ impl Env {
 }
 
 pub fn label(pod: &Pod, key: &str) -> String {
-    slice_core::testing::World::label_of(pod, key).unwrap_or_default()
+    slice_testkit::World::label_of(pod, key).unwrap_or_default()
 }
 
 pub fn env_var(pod: &Pod, key: &str) -> Option<String> {
-    slice_core::testing::World::env_of(pod, key)
+    slice_testkit::World::env_of(pod, key)
 }
 
 pub fn uid(pod: &Pod) -> String {

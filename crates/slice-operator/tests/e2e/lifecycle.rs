@@ -77,7 +77,7 @@ async fn a_head_that_exits_0_ends_the_run_and_its_failures_back_off() {
     let mut tc = env.train_cluster("ray", Membership::Independent, 1, 1);
     tc.spec.success_policy = SuccessPolicy::Head;
     tc.spec.head = Some(HeadSpec {
-        template: slice_core::testing::worker_template(0),
+        template: slice_testkit::worker_template(0),
     });
     tc.spec
         .head

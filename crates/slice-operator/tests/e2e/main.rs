@@ -268,7 +268,7 @@ async fn scale_down_removes_the_highest_groups_whole() {
         .map(uid)
         .collect();
     let patch = json!({"spec": {"workerGroups": [{"name": "workers", "tpu": {"accelerator": V6E, "topology": "4x4"}, "slices": {"min": 1, "max": 1},
-        "template": serde_json::to_value(slice_core::testing::worker_template(4)).unwrap()}]}});
+        "template": serde_json::to_value(slice_testkit::worker_template(4)).unwrap()}]}});
     env.tcs()
         .patch("sd", &PatchParams::default(), &Patch::Merge(&patch))
         .await

@@ -148,7 +148,7 @@ async fn a_scenario_that_panics_cleans_up_only_what_it_created() {
     )
     .await;
     let mut tc = bystander.train_cluster("calm", Membership::Multislice, 1, 1);
-    tc.spec.worker_groups[0] = slice_core::testing::tpu_group("workers", V6E, "2x4", 8, 1, 1);
+    tc.spec.worker_groups[0] = slice_testkit::tpu_group("workers", V6E, "2x4", 8, 1, 1);
     bystander.create(&tc).await;
     let (_, calm_pods) = bystander.wait_running("calm", 1, 1).await;
     let bystander_nodes = bystander.own_nodes().await;

@@ -24,9 +24,9 @@ pub(crate) struct Creation {
 }
 
 fn train_cluster(membership: Membership, ns: &str) -> TrainCluster {
-    let mut tc = slice_core::testing::train_cluster(membership, SLICES, SLICES);
+    let mut tc = slice_testkit::train_cluster(membership, SLICES, SLICES);
     tc.spec.worker_groups[0] =
-        slice_core::testing::tpu_group("w", "tpu-v6e-slice", "8x8", 4, SLICES, SLICES);
+        slice_testkit::tpu_group("w", "tpu-v6e-slice", "8x8", 4, SLICES, SLICES);
     tc.metadata = kube::api::ObjectMeta {
         name: Some(CLUSTER_NAME.into()),
         namespace: Some(ns.into()),

@@ -5,11 +5,11 @@ use std::sync::Arc;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
-use crate::api::*;
-use crate::constants::*;
-use crate::inventory::Inventory;
-use crate::lean::{LeanNode, LeanPod};
-use crate::planner::{Plan, PlanInput, plan};
+use slice_core::api::*;
+use slice_core::constants::*;
+use slice_core::inventory::Inventory;
+use slice_core::lean::{LeanNode, LeanPod};
+use slice_core::planner::{Plan, PlanInput, plan};
 
 use super::builders::*;
 
@@ -323,7 +323,8 @@ impl<'a> Scheduler<'a> {
             selector
                 .iter()
                 .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
-                && crate::inventory::node_health(lean) == crate::inventory::NodeHealth::Ready
+                && slice_core::inventory::node_health(lean)
+                    == slice_core::inventory::NodeHealth::Ready
                 && !self.used.contains(lean.name())
         })?;
         let name = node.name().to_string();

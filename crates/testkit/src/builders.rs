@@ -10,8 +10,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
-use crate::api::*;
-use crate::constants::*;
+use slice_core::api::*;
+use slice_core::constants::*;
 
 /// One Ready TPU node of a node pool.
 pub fn tpu_node(pool: &str, host: u32, accelerator: &str, topology: &str, chips: u32) -> Node {
