@@ -62,23 +62,35 @@ impl Ledger {
         })
     }
 
-    fn entry<T>(&self, uid: &str, f: impl FnOnce(&mut Entry) -> T) -> T {
-        f(self.entries().entry(uid.to_string()).or_default())
+    /// A verb on a cluster the ledger knows. Only [`Ledger::reconciling`] makes an entry: a
+    /// reconcile still running when its cluster was forgotten records nothing after it.
+    fn entry<T: Default>(&self, uid: &str, f: impl FnOnce(&mut Entry) -> T) -> T {
+        self.entries().get_mut(uid).map(f).unwrap_or_default()
     }
 
     // --- before planning -------------------------------------------------------------
 
     /// A reconcile of this cluster begins: remember who it is.
     pub fn reconciling(&self, uid: &str, namespace: &str, name: &str) {
-        self.entry(uid, |e| {
-            e.key
-                .get_or_insert_with(|| (namespace.to_string(), name.to_string()));
-        });
+        let mut all = self.entries();
+        let entry = all.entry(uid.to_string()).or_default();
+        entry
+            .key
+            .get_or_insert_with(|| (namespace.to_string(), name.to_string()));
+    }
+
+    /// True while the ledger holds this cluster (it was reconciled, and not forgotten since).
+    pub fn knows(&self, uid: &str) -> bool {
+        self.entries().contains_key(uid)
     }
 
     /// Whether the pod cache (this cluster's pods, at `relists` lists) shows our writes.
     pub fn freshness(&self, uid: &str, pods: &[Arc<LeanPod>], relists: u64) -> Freshness {
-        self.entry(uid, |e| e.outstanding.check(pods, relists, Instant::now()))
+        let mut all = self.entries();
+        match all.get_mut(uid) {
+            Some(e) => e.outstanding.check(pods, relists, Instant::now()),
+            None => Freshness::Fresh,
+        }
     }
 
     /// The pod cache stopped showing our writes and is being listed again: what we expected
@@ -99,7 +111,11 @@ impl Ledger {
         uid: &str,
         cached: Option<&TrainClusterStatus>,
     ) -> Option<TrainClusterStatus> {
-        self.entry(uid, |e| e.outstanding.status_for_planning(cached))
+        let mut all = self.entries();
+        match all.get_mut(uid) {
+            Some(e) => e.outstanding.status_for_planning(cached),
+            None => cached.cloned(),
+        }
     }
 
     /// A malformed object of this generation was already reported.
@@ -127,25 +143,25 @@ impl Ledger {
     /// Slices clusters other than `uid` have taken though the inventory (built from the pod
     /// cache) cannot show it: placed their pending creates on, or reserved while they
     /// (re)create replicas (as last planned here, else as their cached status says, which is
-    /// what survives an operator restart). `others`: every TrainCluster the controller knows.
+    /// what survives an operator restart). `others`: every TrainCluster the controller knows;
+    /// what the ledger holds of any other (forgotten meanwhile) takes nothing.
     pub fn slices_taken_by_others<'a>(
         &self,
         uid: &str,
         others: impl IntoIterator<Item = &'a TrainCluster>,
     ) -> HashSet<String> {
         let all = self.entries();
-        let mut taken: HashSet<String> = all
-            .iter()
-            .filter(|(other, _)| other.as_str() != uid)
-            .flat_map(|(_, e)| e.outstanding.slices_taken().map(str::to_string))
-            .collect();
+        let mut taken = HashSet::new();
         for tc in others {
             let other = tc.metadata.uid.as_deref().unwrap_or_default();
-            // Being deleted: it creates nothing more.
+            // Being deleted: it creates nothing more. Gone (not among `others`): neither.
             if other == uid || tc.metadata.deletion_timestamp.is_some() {
                 continue;
             }
-            match all.get(other).and_then(|e| e.reserved.as_ref()) {
+            let entry = all.get(other);
+            let pending = entry.into_iter().flat_map(|e| e.outstanding.slices_taken());
+            taken.extend(pending.map(str::to_string));
+            match entry.and_then(|e| e.reserved.as_ref()) {
                 Some(planned) => taken.extend(planned.iter().cloned()),
                 None => taken.extend(
                     tc.status
@@ -250,12 +266,9 @@ impl Ledger {
     }
 
     /// How many clusters the ledger holds.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.entries().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

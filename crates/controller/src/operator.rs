@@ -312,3 +312,6 @@ impl Drop for AbortOnDrop {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

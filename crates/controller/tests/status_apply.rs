@@ -174,6 +174,27 @@ async fn the_service_is_mended_by_apply_when_ours_and_left_alone_when_not() {
         "settled: no write"
     );
 
+    // Someone renumbered our port: applying ours beside it would be two ports of one name
+    // (the server refuses that); theirs goes first, and the port they added stays.
+    let renumber = json!({"spec": {"ports": [{"name": "megascale", "port": 9000},
+                                             {"name": "x", "port": 1}]}});
+    api.patch(&name, &params, &Patch::Merge(&renumber))
+        .await
+        .unwrap();
+    let renumbered = api.get(&name).await.unwrap();
+    assert!(
+        ensure_service(&api, Some(&renumbered), &desired)
+            .await
+            .unwrap()
+    );
+    let mended = api.get(&name).await.unwrap();
+    let mut got = ports(&mended);
+    got.sort();
+    assert_eq!(
+        got,
+        vec![(Some("megascale".into()), 8081), (Some("x".into()), 1)]
+    );
+
     // Another owner's Service of that name is never touched.
     let mut foreign = mended.clone();
     foreign.metadata.owner_references = None;
@@ -181,5 +202,42 @@ async fn the_service_is_mended_by_apply_when_ours_and_left_alone_when_not() {
         !ensure_service(&api, Some(&foreign), &desired)
             .await
             .unwrap()
+    );
+}
+
+#[tokio::test]
+async fn a_crd_older_than_the_operator_is_named_as_the_cause_of_a_refused_status() {
+    let emulator = Emulator::start(EmulatorOptions::default()).await.unwrap();
+    let mut crd = serde_json::to_value(slice_core::api::crd()).unwrap();
+    let status =
+        &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"];
+    status["properties"]
+        .as_object_mut()
+        .unwrap()
+        .remove("createFailures")
+        .expect("the field this test removes");
+    emulator
+        .install_crd(&serde_json::from_value(crd).unwrap())
+        .unwrap();
+    let client = emulator.client();
+    let typed: Api<TrainCluster> = Api::namespaced(client.clone(), "default");
+    let mut tc = train_cluster(Membership::Multislice, 1, 2);
+    tc.metadata.uid = None;
+    typed.create(&PostParams::default(), &tc).await.unwrap();
+    let api = dynamic_api(client, "default");
+    let refused = TrainClusterStatus {
+        create_failures: 2,
+        ..Default::default()
+    };
+    let error = write_status(&api, "demo", &refused).await.unwrap_err();
+    let message = error.to_string();
+    assert!(
+        message.contains("CRD is older than this operator"),
+        "{message}"
+    );
+    assert!(message.contains(".status.createFailures"), "{message}");
+    assert!(
+        message.contains("kubectl apply --server-side -f crds/"),
+        "{message}"
     );
 }

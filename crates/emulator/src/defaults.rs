@@ -204,6 +204,43 @@ pub(crate) fn default_service(svc: &mut Value, old: Option<&Value>, next_ip: &mu
     }
 }
 
+/// Service validation the API server does on every write that an operator's merge can get
+/// wrong: with more than one port, each is named; names are unique, and so is each
+/// port/protocol pair (`ValidateService`). 422 in the server's words.
+pub(crate) fn check_service(svc: &Value, name: &str) -> Result<(), ApiError> {
+    let ports = svc
+        .pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut causes = Vec::new();
+    let mut names = std::collections::HashSet::new();
+    let mut keys = std::collections::HashSet::new();
+    for (i, port) in ports.iter().enumerate() {
+        let port_name = port.get("name").and_then(Value::as_str).unwrap_or("");
+        if ports.len() > 1 && port_name.is_empty() {
+            let field = format!("spec.ports[{i}].name");
+            causes.push((field.clone(), format!("{field}: Required value")));
+        } else if !port_name.is_empty() && !names.insert(port_name.to_string()) {
+            let field = format!("spec.ports[{i}].name");
+            causes.push((
+                field.clone(),
+                format!("{field}: Duplicate value: \"{port_name}\""),
+            ));
+        }
+        let key = (port.get("port").cloned(), port.get("protocol").cloned());
+        if !keys.insert(key) {
+            let field = format!("spec.ports[{i}]");
+            let value = serde_json::to_string(port).unwrap_or_default();
+            causes.push((field.clone(), format!("{field}: Duplicate value: {value}")));
+        }
+    }
+    if causes.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::invalid("Service", "", name, causes))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,5 +290,43 @@ mod tests {
         let mut u = json!({"spec": {}});
         default_service(&mut u, Some(&s), &mut ip);
         assert_eq!(u["spec"]["clusterIP"], "10.96.0.1");
+    }
+
+    #[test]
+    fn service_ports_are_named_and_unique() {
+        let svc = |ports: Value| json!({"spec": {"ports": ports}});
+        let one = svc(json!([{"port": 80, "protocol": "TCP"}]));
+        assert!(
+            check_service(&one, "s").is_ok(),
+            "a single port may go unnamed"
+        );
+        let two = svc(json!([{"name": "a", "port": 80, "protocol": "TCP"},
+                             {"name": "b", "port": 81, "protocol": "TCP"}]));
+        assert!(check_service(&two, "s").is_ok());
+        let same_name = svc(json!([{"name": "a", "port": 80, "protocol": "TCP"},
+                                   {"name": "a", "port": 81, "protocol": "TCP"}]));
+        let e = check_service(&same_name, "s").unwrap_err();
+        assert_eq!(e.code, 422);
+        assert!(
+            e.message
+                .contains("spec.ports[1].name: Duplicate value: \"a\""),
+            "{}",
+            e.message
+        );
+        let same_port = svc(json!([{"name": "a", "port": 80, "protocol": "TCP"},
+                                   {"name": "b", "port": 80, "protocol": "TCP"}]));
+        assert!(
+            check_service(&same_port, "s")
+                .unwrap_err()
+                .message
+                .contains("spec.ports[1]: Duplicate value")
+        );
+        let unnamed = svc(json!([{"name": "a", "port": 80}, {"port": 81}]));
+        assert!(
+            check_service(&unnamed, "s")
+                .unwrap_err()
+                .message
+                .contains("spec.ports[1].name: Required value")
+        );
     }
 }

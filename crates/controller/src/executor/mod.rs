@@ -59,7 +59,15 @@ async fn apply_in_order(
     let (tc, plan) = (work.cluster, work.plan);
     let namespace = tc.namespace().unwrap_or_default();
     let service_api: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
-    service::ensure_service(&service_api, work.service, &plan.service).await?;
+    let reference = tc.object_ref(&());
+    // A Service that cannot be mended must not hold back the status and the pods (a failed
+    // group would stay, partial); its error is returned once the rest is done.
+    let service = service::ensure_service(&service_api, work.service, &plan.service).await;
+    if let Err(e) = &service {
+        warn!(error = %e, "could not bring the headless Service to what the plan wants");
+        let event = service_failed(e);
+        events::publish(&ctx.recorder, &ctx.ledger, &reference, &[event]).await;
+    }
     let api = status::dynamic_api(ctx.client.clone(), &namespace);
     // Status first: it carries the planner's memory (epoch, incarnations, failures counted),
     // so a crash after it converges instead of repeating decisions.
@@ -77,8 +85,22 @@ async fn apply_in_order(
         .filter(|e| progress.done(e.after))
         .cloned()
         .collect();
-    let reference = tc.object_ref(&());
     events::publish(&ctx.recorder, &ctx.ledger, &reference, &done).await;
+    let retry = after_pods(ctx, &api, tc, plan, acted, progress, &reference).await?;
+    service.map(|_| retry)
+}
+
+/// After the pod actions: a refused create recorded in the status (and its retry time),
+/// or the creates' conditions cleared once creates went through.
+async fn after_pods(
+    ctx: &Context,
+    api: &Api<DynamicObject>,
+    tc: &TrainCluster,
+    plan: &planner::Plan,
+    acted: Result<()>,
+    progress: &Progress,
+    reference: &k8s_openapi::api::core::v1::ObjectReference,
+) -> Result<Option<Duration>> {
     match acted {
         Err(e) if e.rejection().is_some() => {
             let (what, message) = e.rejection().expect("checked");
@@ -89,9 +111,9 @@ async fn apply_in_order(
             };
             let now = jiff::Timestamp::now();
             let (status, event) = record(&plan.status, &what, message, tc.metadata.generation, now);
-            write_memory(ctx, &api, tc, &status).await?;
+            write_memory(ctx, api, tc, &status).await?;
             let event: Vec<_> = event.into_iter().collect();
-            events::publish(&ctx.recorder, &ctx.ledger, &reference, &event).await;
+            events::publish(&ctx.recorder, &ctx.ledger, reference, &event).await;
             let retry = creates::retry_at(&status, now)
                 .and_then(|t| Duration::try_from(t.duration_since(now)).ok());
             Ok(retry)
@@ -99,11 +121,21 @@ async fn apply_in_order(
         Err(e) => Err(e),
         Ok(()) if !progress.created.is_empty() || progress.head => {
             if let Some(status) = creates::clear(&plan.status, created_kind(plan, progress)) {
-                write_memory(ctx, &api, tc, &status).await?;
+                write_memory(ctx, api, tc, &status).await?;
             }
             Ok(None)
         }
         Ok(()) => Ok(None),
+    }
+}
+
+/// The event of a Service the executor could not mend.
+fn service_failed(error: &crate::error::Error) -> planner::PlannedEvent {
+    planner::PlannedEvent {
+        type_: planner::EventType::Warning,
+        reason: "ServiceNotMended",
+        note: format!("the headless Service could not be brought to what the plan wants: {error}"),
+        after: None,
     }
 }
 

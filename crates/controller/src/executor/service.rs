@@ -2,7 +2,7 @@
 //! server-side apply when it drifted, and never touched when another owner controls it.
 
 use backon::Retryable;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Service, ServicePort};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::Value;
 use slice_core::constants::FIELD_MANAGER;
@@ -28,6 +28,9 @@ pub async fn ensure_service(
         return Ok(false);
     }
     let name = desired.metadata.name.clone().unwrap_or_default();
+    if let Some(kept) = without_clashes(current, desired) {
+        remove_clashing_ports(api, current, &name, kept).await?;
+    }
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let patch = Patch::Apply(desired);
     (|| bounded(api.patch(&name, &params, &patch)))
@@ -51,6 +54,58 @@ async fn create(api: &Api<Service>, desired: &Service) -> Result<bool> {
         Err(e) if is_code(&e, 409) => Ok(false),
         Err(e) => Err(e.into()),
     }
+}
+
+/// A port someone else put where ours belong (our name with another number, our number
+/// under another name) would make the applied Service invalid (two ports of one name):
+/// those go first, by a JSON patch tied to the version we saw. Other ports stay theirs.
+async fn remove_clashing_ports(
+    api: &Api<Service>,
+    current: &Service,
+    name: &str,
+    kept: Vec<ServicePort>,
+) -> Result<()> {
+    let version = current
+        .metadata
+        .resource_version
+        .clone()
+        .unwrap_or_default();
+    let ops = serde_json::json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": version},
+        {"op": "replace", "path": "/spec/ports", "value": kept},
+    ]);
+    let patch = serde_json::from_value(ops).map_err(|source| Error::Serialize {
+        what: "service ports",
+        source,
+    })?;
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    tracing::info!(service = %name, "removing ports that clash with the operator's");
+    bounded(api.patch(name, &params, &Patch::<()>::Json(patch))).await?;
+    Ok(())
+}
+
+/// The current ports without those that clash with a wanted one, when any does.
+fn without_clashes(current: &Service, desired: &Service) -> Option<Vec<ServicePort>> {
+    let ports = |s: &Service| {
+        s.spec
+            .as_ref()
+            .and_then(|s| s.ports.clone())
+            .unwrap_or_default()
+    };
+    let protocol = |p: &ServicePort| p.protocol.clone().unwrap_or_else(|| "TCP".into());
+    let wanted = ports(desired);
+    let clashes = |p: &ServicePort| {
+        wanted.iter().any(|w| {
+            let same_key = w.port == p.port && protocol(w) == protocol(p);
+            (w.name == p.name) != same_key
+        })
+    };
+    let have = ports(current);
+    let kept: Vec<ServicePort> = have.iter().filter(|p| !clashes(p)).cloned().collect();
+    (kept.len() != have.len()).then_some(kept)
 }
 
 /// The Service of `name` as the API server has it now.
@@ -111,6 +166,36 @@ mod tests {
         assert!(
             contains(&extra_port, &wanted),
             "a port someone added is theirs"
+        );
+    }
+
+    #[test]
+    fn a_port_on_our_name_or_our_number_clashes_others_do_not() {
+        let service = |ports: serde_json::Value| -> Service {
+            serde_json::from_value(json!({"spec": {"ports": ports}})).unwrap()
+        };
+        let desired = service(json!([{"name": "megascale", "port": 8081, "protocol": "TCP"}]));
+        let ours = service(
+            json!([{"name": "megascale", "port": 8081, "protocol": "TCP"},
+                                   {"name": "metrics", "port": 9090}]),
+        );
+        assert_eq!(
+            without_clashes(&ours, &desired),
+            None,
+            "ours and another's: no clash"
+        );
+        let renumbered = service(
+            json!([{"name": "megascale", "port": 9000, "protocol": "TCP"},
+                                         {"name": "metrics", "port": 9090}]),
+        );
+        let kept = without_clashes(&renumbered, &desired).expect("our name, another number");
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0].name.as_deref(), Some("metrics"));
+        let renamed = service(json!([{"name": "x", "port": 8081}]));
+        assert_eq!(
+            without_clashes(&renamed, &desired),
+            Some(vec![]),
+            "our number, another name"
         );
     }
 

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use slice_core::api::{TrainCluster, TrainClusterStatus};
 use slice_core::constants::FIELD_MANAGER;
 
-use crate::api_call::{backoff, bounded, retryable};
+use crate::api_call::{backoff, bounded, is_code, retryable};
 use crate::error::{Error, Result};
 
 /// The apply configuration that makes the stored status `status`.
@@ -47,8 +47,16 @@ pub async fn write_status(
     let patch = Patch::Apply(&body);
     let stored = (|| bounded(api.patch_status(name, &params, &patch)))
         .retry(backoff())
-        .when(retryable)
-        .await?;
+        .when(|e| retryable(e) && !older_crd(e))
+        .await
+        .map_err(|e| match older_crd(&e) {
+            true => Error::Config(format!(
+                "the installed TrainCluster CRD is older than this operator ({e}); apply the CRD \
+                 of this release first: kubectl apply --server-side -f crds/ (helm upgrade does not \
+                 update CRDs)"
+            )),
+            false => e.into(),
+        })?;
     let removals = leftovers(&stored.data["status"], &body["status"]);
     if !removals.is_empty() {
         tracing::info!(fields = ?removals, "removing status fields another writer left");
@@ -67,11 +75,49 @@ pub async fn write_status(
             field_manager: Some(FIELD_MANAGER.into()),
             ..Default::default()
         };
-        (|| bounded(api.patch_status(name, &params, &patch)))
+        let removed = (|| bounded(api.patch_status(name, &params, &patch)))
             .retry(backoff())
             .when(retryable)
-            .await?;
+            .await;
+        match removed {
+            // Removed meanwhile (a remove of a missing path is refused whole): the next
+            // write looks again.
+            Err(e) if is_code(&e, 422) => tracing::debug!(error = %e, "leftovers gone already"),
+            other => {
+                other?;
+            }
+        }
     }
+    Ok(())
+}
+
+/// The server cannot type the applied status: the installed CRD lacks a field this operator
+/// writes (kube-apiserver answers 500 "field not declared in schema").
+fn older_crd(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.message.contains("field not declared in schema"))
+}
+
+/// Set only the phase and the conditions of the stored status (a merge patch), leaving the
+/// rest as it is: for a stored status this operator cannot read.
+pub async fn write_phase_and_conditions(
+    api: &Api<DynamicObject>,
+    name: &str,
+    status: &TrainClusterStatus,
+) -> Result<()> {
+    let fields = serde_json::to_value(status).map_err(|source| Error::Serialize {
+        what: "status",
+        source,
+    })?;
+    let patch = json!({"status": {"phase": fields["phase"], "conditions": fields["conditions"]}});
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    let patch = Patch::Merge(&patch);
+    (|| bounded(api.patch_status(name, &params, &patch)))
+        .retry(backoff())
+        .when(retryable)
+        .await?;
     Ok(())
 }
 
@@ -126,6 +172,38 @@ mod tests {
             );
         }
         assert_eq!(status["phase"], "Pending");
+    }
+
+    /// Server-side apply replaces an atomic list whole, and `leftovers` looks only at the top
+    /// of the status and one level down: both hold while no list of the status is keyed.
+    #[test]
+    fn every_list_of_the_status_is_atomic_so_an_apply_replaces_it_whole() {
+        let crd = serde_json::to_value(slice_core::api::crd()).unwrap();
+        let status =
+            &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"];
+        fn lists(schema: &Value, path: &str, found: &mut Vec<String>) {
+            if let Some(kind) = schema.get("x-kubernetes-list-type")
+                && kind != "atomic"
+            {
+                found.push(format!("{path}: {kind}"));
+            }
+            for (key, child) in schema["properties"].as_object().into_iter().flatten() {
+                lists(child, &format!("{path}.{key}"), found);
+            }
+            if let Some(items) = schema.get("items") {
+                lists(items, &format!("{path}[]"), found);
+            }
+        }
+        let mut keyed = Vec::new();
+        lists(status, ".status", &mut keyed);
+        assert!(
+            keyed.is_empty(),
+            "keyed lists need more than `leftovers`: {keyed:?}"
+        );
+        assert!(
+            status["properties"]["conditions"].is_object(),
+            "the walk saw the status"
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@ use crate::api_call::bounded;
 use crate::context::Context;
 use crate::error::Result;
 use crate::events;
-use crate::executor::status::{dynamic_api, write_status};
+use crate::executor::status::{dynamic_api, write_phase_and_conditions, write_status};
 
 /// Report once per generation (status writes do not move the generation, so our own write
 /// never triggers another report), and not at all when its status already says so (an
@@ -34,12 +34,19 @@ pub async fn report(invalid: &InvalidObject, ctx: &Context) -> Result<Action> {
         return Ok(Action::await_change());
     };
     // The status may still parse where the spec does not: the planner's memory is kept.
-    let previous = serde_json::from_value::<TrainClusterStatus>(current.data["status"].clone());
+    let stored = &current.data["status"];
+    let previous = serde_json::from_value::<TrainClusterStatus>(stored.clone()).ok();
     let error = invalid.error.to_string();
     let now = jiff::Timestamp::now();
-    if let Some((status, event)) = malformed::report(previous.ok(), &error, generation, now) {
+    let readable = previous.is_some() || stored.is_null();
+    if let Some((status, event)) = malformed::report(previous, &error, generation, now) {
         warn!(%namespace, %name, %error, "malformed TrainCluster");
-        write_status(&api, &name, &status).await?;
+        match readable {
+            true => write_status(&api, &name, &status).await?,
+            // A status we cannot read is not ours to apply away: only the phase and the
+            // conditions are set, the rest of it stays for whoever can read it.
+            false => write_phase_and_conditions(&api, &name, &status).await?,
+        }
         let reference = reference(invalid);
         events::publish(&ctx.recorder, &ctx.ledger, &reference, &[event]).await;
     }

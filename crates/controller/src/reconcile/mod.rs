@@ -3,6 +3,7 @@
 pub mod malformed;
 pub mod observe;
 
+use observe::uid;
 pub use observe::{Planned, Step, observe_and_plan};
 
 use std::sync::Arc;
@@ -79,7 +80,7 @@ async fn reconcile_inner(tc: &TrainCluster, ctx: &Arc<Context>, namespace: &str)
     let (name, uid) = (tc.name_any(), uid(tc));
     if tc.metadata.deletion_timestamp.is_some() {
         // Owner references let the garbage collector remove the pods and the Service; the
-        // ledger lets go of it when the watch says it is gone (see `operator::forget`).
+        // ledger lets go of it when the watch says it is gone (`operator::forget_gone`).
         if tc
             .status
             .iter()
@@ -109,6 +110,10 @@ async fn reconcile_inner(tc: &TrainCluster, ctx: &Arc<Context>, namespace: &str)
 
 /// Metrics of the status just written, and the end of a disruption.
 fn record_outcome(ctx: &Context, tc: &TrainCluster, planned: &Planned) {
+    // Deleted while this reconcile ran: its metrics are gone and stay gone.
+    if !ctx.ledger.knows(uid(tc)) {
+        return;
+    }
     let status = &planned.plan.status;
     let namespace = tc.namespace().unwrap_or_default();
     ctx.metrics
@@ -133,8 +138,4 @@ fn next_look(ctx: &Context, planned: &Planned, retry: Option<Duration>) -> Durat
         .flatten()
         .min();
     next.map_or(resync, |d| d.min(resync))
-}
-
-fn uid(tc: &TrainCluster) -> &str {
-    tc.metadata.uid.as_deref().unwrap_or_default()
 }

@@ -55,7 +55,7 @@ pub async fn observe_and_plan(tc: &TrainCluster, ctx: &Arc<Context>) -> Result<S
     }
     // Until the caches show our last writes, a plan would be made from stale observations.
     let relists = ctx.caches.pods.relists();
-    match ctx.ledger.freshness(&uid, &pods, relists) {
+    match ctx.ledger.freshness(uid, &pods, relists) {
         Freshness::Fresh => {}
         // The events of our writes trigger the next reconcile; this is only the fallback.
         Freshness::Catching => {
@@ -69,7 +69,7 @@ pub async fn observe_and_plan(tc: &TrainCluster, ctx: &Arc<Context>) -> Result<S
             // The pod watch stopped delivering: never plan from it; list again.
             warn!(timeout = ?EXPECTATION_TIMEOUT, "the pod cache has not shown our writes; relisting");
             ctx.declare_stalled(relists);
-            ctx.ledger.cache_stalled(&uid);
+            ctx.ledger.cache_stalled(uid);
             ctx.caches.pods.relist();
             return Ok(Step::Wait(Action::requeue(Duration::from_secs(1))));
         }
@@ -77,7 +77,7 @@ pub async fn observe_and_plan(tc: &TrainCluster, ctx: &Arc<Context>) -> Result<S
 
     // The planner's memory is its last status: ours while the cache has not shown it.
     let mut observed = tc.clone();
-    observed.status = planner_memory(tc, ctx, &namespace, &uid).await?;
+    observed.status = planner_memory(tc, ctx, &namespace, uid).await?;
     // Names others hold (pod names of a cluster that claimed them first, a Service we do
     // not own) are found under the planning lock.
     let service = headless_service(tc, ctx, &namespace).await?;
@@ -94,7 +94,7 @@ pub async fn observe_and_plan(tc: &TrainCluster, ctx: &Arc<Context>) -> Result<S
         .await
         .map_err(|e| Error::Planner(e.to_string()))?;
     if gives_back_slices(&observed, &plan) {
-        ctx.nudge_others(&uid);
+        ctx.nudge_others(uid);
     }
     tracing::debug!(
         creates = plan.create.len(),
@@ -142,7 +142,7 @@ fn plan_locked(
     // its status is not written (or cached) yet.
     let conflicts = name_conflicts(observed, ctx, service);
     let inventory = planning.inventory(&ctx.caches);
-    let reserved = ctx.slices_taken_by_others(&uid);
+    let reserved = ctx.slices_taken_by_others(uid);
     let plan = planner::plan(&PlanInput {
         cluster: observed,
         pods,
@@ -151,7 +151,7 @@ fn plan_locked(
         conflicts: &conflicts,
         now: jiff::Timestamp::now(),
     });
-    ctx.ledger.planned(&uid, &plan, relists);
+    ctx.ledger.planned(uid, &plan, relists);
     (plan, conflicts)
 }
 
@@ -166,9 +166,8 @@ async fn headless_service(
     let name = planner::render::headless_service_name(&tc.name_any());
     let reference = kube::runtime::reflector::ObjectRef::new(&name).within(namespace);
     let cached = ctx.caches.services.store.get(&reference);
-    let uid = tc.metadata.uid.as_deref().unwrap_or_default();
     match cached {
-        Some(svc) if is_controlled_by(&svc.metadata, uid) => Ok(Some(Service::clone(&svc))),
+        Some(svc) if is_controlled_by(&svc.metadata, uid(tc)) => Ok(Some(Service::clone(&svc))),
         _ => {
             let api: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
             current_service(&api, &name).await
@@ -213,8 +212,9 @@ async fn planner_memory(
     Ok(ctx.ledger.memory_for_planning(uid, tc.status.as_ref()))
 }
 
-fn uid(tc: &TrainCluster) -> String {
-    tc.metadata.uid.clone().unwrap_or_default()
+/// The cluster's uid ("" before the server gave it one).
+pub fn uid(tc: &TrainCluster) -> &str {
+    tc.metadata.uid.as_deref().unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 use jiff::Timestamp;
 
-use crate::api::{CONDITION_VALID, Phase, TrainClusterStatus};
+use crate::api::{CONDITION_READY, CONDITION_VALID, Phase, TrainClusterStatus};
 use crate::planner::status::set_condition;
 use crate::planner::{EventType, PlannedEvent};
 
@@ -32,15 +32,18 @@ pub fn report(
         return None;
     }
     status.phase = Phase::Invalid;
-    set_condition(
-        &mut status,
-        CONDITION_VALID,
-        false,
-        MALFORMED_REASON,
-        &message,
-        generation,
-        now,
-    );
+    // Not ready either: `kubectl wait --for=condition=Ready` must not pass on it.
+    for condition in [CONDITION_VALID, CONDITION_READY] {
+        set_condition(
+            &mut status,
+            condition,
+            false,
+            MALFORMED_REASON,
+            &message,
+            generation,
+            now,
+        );
+    }
     let event = PlannedEvent {
         type_: EventType::Warning,
         reason: MALFORMED_REASON,
@@ -74,6 +77,12 @@ mod tests {
             "{}",
             condition.message
         );
+        let ready = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION_READY)
+            .unwrap();
+        assert_eq!(ready.status, "False", "not ready");
         assert_eq!(event.reason, MALFORMED_REASON);
         assert_eq!(event.note, condition.message);
         assert!(report(Some(status.clone()), "spec.slices: bad", Some(2), now).is_none());

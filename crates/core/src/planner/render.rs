@@ -75,6 +75,8 @@ pub fn headless_service(tc: &TrainCluster) -> Service {
             ports: Some(vec![ServicePort {
                 name: Some("megascale".into()),
                 port: i32::from(MEGASCALE_PORT),
+                // A key of the ports list under server-side apply: named, not left to a default.
+                protocol: Some("TCP".into()),
                 ..Default::default()
             }]),
             ..Default::default()

@@ -154,6 +154,20 @@ pub(crate) fn check_config(
             "failed to create typed patch object ({ns}/{name}; {gvk}): no corresponding type for {gvk}"
         )));
     }
+    if let Some(path) = t
+        .schema
+        .and_then(|s| super::declared::undeclared(config, s))
+    {
+        let (group, v) = version.split_once('/').unwrap_or(("", version));
+        // kube-apiserver answers this with a bare error: HTTP 500, no reason.
+        return Err(ApiError::new(
+            500,
+            "",
+            format!(
+                "failed to create typed patch object ({ns}/{name}; {group}/{v}, Kind={kind}): {path}: field not declared in schema"
+            ),
+        ));
+    }
     Ok(())
 }
 

@@ -4,8 +4,10 @@
 //! * `shape`: list and map types (CRD structural schema, built-in associative lists).
 //! * `tree`: the walks over objects (field set of a configuration, compare, merge, prune).
 //! * `entries`: decoding and encoding `managedFields` entries.
+//! * `declared`: an applied configuration names only fields the CRD's schema declares.
 //! * `manage`: recording updates and applying configurations.
 
+mod declared;
 mod entries;
 mod fieldset;
 mod manage;

@@ -132,6 +132,7 @@ impl Store {
             obj["status"] = json!({"phase": "Pending", "qosClass": qos});
         } else if info.is("", "services") {
             defaults::default_service(&mut obj, None, &mut self.next_ip);
+            defaults::check_service(&obj, &name)?;
         }
         let o = obj.as_object_mut().expect("object");
         match (info.group.as_str(), info.plural.as_str()) {
@@ -242,6 +243,7 @@ impl Store {
                     defaults::check_pod_update(&old, &new, name)?;
                 } else if info.is("", "services") {
                     defaults::default_service(&mut new, Some(&old), &mut self.next_ip);
+                    defaults::check_service(&new, name)?;
                 }
                 if info.status_subresource {
                     match old.get("status") {
