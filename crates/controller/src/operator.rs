@@ -145,84 +145,39 @@ pub async fn run(
     result
 }
 
-/// The leader's work: watch, and reconcile once the caches have synced.
+/// The leader's work: watch, build the context, and reconcile once the caches have synced.
 async fn lead<F>(client: Client, replica: &Replica, stopped: impl Fn() -> F) -> Result<()>
 where
     F: Future<Output = ()> + Send + Sync + 'static,
 {
     let config = &replica.config;
-    // Lean watches: TPU pods (anyone's) and pods labelled as ours, TPU nodes; each read
-    // straight into its lean view (slice_core::lean), everything else dropped on arrival.
-    // See watches.rs for how freshness follows from them.
-    let pods = watches::start(
-        Api::<LeanPod>::all(client.clone()),
-        watcher::Config::default(),
-        watches::Policy::pods(),
-    );
-    let nodes = watches::start(
-        Api::<LeanNode>::all(client.clone()),
-        watcher::Config::default().labels(NODE_LABEL_ACCELERATOR),
-        watches::Policy::nodes(),
-    );
-    // Our headless Services, read by every reconcile from here rather than by a GET.
-    let services = watches::start(
-        watched::<Service>(&client, config),
-        watcher::Config::default().labels(LABEL_CLUSTER),
-        watches::Policy::services(),
-    );
+    let (pods, nodes, services) = start_watches(&client, config);
     let _watch_tasks = AbortOnDrop(vec![pods.task, nodes.task, services.task]);
     drop(nodes.deleted); // node deletions already reach every cluster of their shape
     drop((services.deleted, services.relisted));
-
     let (trainclusters, writer) = reflector::store();
     let (nudges, nudged) = futures::channel::mpsc::unbounded();
-    let reporter = Reporter {
-        controller: OPERATOR_NAME.into(),
-        instance: Some(config.identity()),
+    let caches = Caches {
+        pods: pods.cache,
+        nodes: nodes.cache,
+        services: services.cache,
     };
     let ctx = Arc::new(Context::new(Parts {
         client: client.clone(),
         config: config.clone(),
         metrics: replica.metrics.clone(),
-        recorder: Recorder::new(client.clone(), reporter),
-        caches: Caches {
-            pods: pods.cache,
-            nodes: nodes.cache,
-            services: services.cache,
-        },
+        recorder: recorder(&client, config),
+        caches,
         trainclusters: trainclusters.clone(),
         nudges,
     }));
     replica.lead_with(ctx.clone());
-
-    // Unknown is not lost: no plan before both caches have listed once.
-    let synced = async {
-        let _ = ctx.caches.pods.store.wait_until_ready().await;
-        let _ = ctx.caches.nodes.store.wait_until_ready().await;
-    };
     tokio::select! {
-        _ = synced => {}
+        _ = synced(&ctx) => {}
         _ = stopped() => return Ok(()),
     }
-    tracing::info!(
-        pods = ctx.caches.pods.store.len(),
-        nodes = ctx.caches.nodes.store.len(),
-        "caches synced"
-    );
 
-    // A TrainCluster triggers a reconcile when it appears, when its spec (generation) or
-    // metadata moves and when it is being deleted; our own status writes do not (the
-    // operator knows what it wrote, see freshness.rs), else each one costs a reconcile.
-    let forgetting = ctx.clone();
-    let tc_changes = watcher(
-        watched::<DeserializeGuard<TrainCluster>>(&client, config),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .reflect(writer)
-    .inspect_ok(move |event| forget_gone(&forgetting, event))
-    .applied_objects()
-    .predicate_filter(spec_or_metadata, Default::default());
+    let tc_changes = train_cluster_changes(&client, &ctx, writer);
     let controller = Controller::for_stream(tc_changes, trainclusters.clone())
         .with_config(ControllerConfig::default().concurrency(config.concurrency));
     let changes = Changes {
@@ -232,10 +187,11 @@ where
         services: services.changes,
         nudges: nudged,
     };
+    let nodes_cached = ctx.caches.nodes.store.clone();
     let triggers = triggers(
         changes,
         trainclusters,
-        ctx.caches.nodes.store.clone(),
+        nodes_cached,
         config.namespace.clone(),
     );
     let window = std::time::Duration::from_millis(config.coalesce_ms);
@@ -251,6 +207,75 @@ where
         })
         .await;
     Ok(())
+}
+
+/// Lean watches: TPU pods (anyone's) and pods labelled as ours, TPU nodes, our headless
+/// Services; each read straight into its lean view (slice_core::lean), everything else
+/// dropped on arrival. See watches.rs for how freshness follows from them.
+fn start_watches(
+    client: &Client,
+    config: &OperatorConfig,
+) -> (
+    watches::Watch<LeanPod>,
+    watches::Watch<LeanNode>,
+    watches::Watch<Service>,
+) {
+    let pods = watches::start(
+        Api::<LeanPod>::all(client.clone()),
+        watcher::Config::default(),
+        watches::Policy::pods(),
+    );
+    let nodes = watches::start(
+        Api::<LeanNode>::all(client.clone()),
+        watcher::Config::default().labels(NODE_LABEL_ACCELERATOR),
+        watches::Policy::nodes(),
+    );
+    // Read by every reconcile from here rather than by a GET.
+    let services = watches::start(
+        watched::<Service>(client, config),
+        watcher::Config::default().labels(LABEL_CLUSTER),
+        watches::Policy::services(),
+    );
+    (pods, nodes, services)
+}
+
+fn recorder(client: &Client, config: &OperatorConfig) -> Recorder {
+    let reporter = Reporter {
+        controller: OPERATOR_NAME.into(),
+        instance: Some(config.identity()),
+    };
+    Recorder::new(client.clone(), reporter)
+}
+
+/// Unknown is not lost: no plan before both caches have listed once.
+async fn synced(ctx: &Context) {
+    let _ = ctx.caches.pods.store.wait_until_ready().await;
+    let _ = ctx.caches.nodes.store.wait_until_ready().await;
+    tracing::info!(
+        pods = ctx.caches.pods.store.len(),
+        nodes = ctx.caches.nodes.store.len(),
+        "caches synced"
+    );
+}
+
+/// The TrainClusters that want a reconcile: one that appears, whose spec (generation) or
+/// metadata moves, or that is being deleted; not our own status writes (the operator knows
+/// what it wrote, see freshness.rs), else each one would cost a reconcile. The store is
+/// kept from the same watch, and a cluster it no longer holds is forgotten.
+fn train_cluster_changes(
+    client: &Client,
+    ctx: &Arc<Context>,
+    writer: reflector::store::Writer<DeserializeGuard<TrainCluster>>,
+) -> impl futures::Stream<Item = Result<DeserializeGuard<TrainCluster>, watcher::Error>> + Send + use<>
+{
+    let forgetting = ctx.clone();
+    let api = watched::<DeserializeGuard<TrainCluster>>(client, &ctx.config);
+    watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .inspect_ok(move |event| forget_gone(&forgetting, event))
+        .applied_objects()
+        .predicate_filter(spec_or_metadata, Default::default())
 }
 
 /// The API of the operator's watched namespace, or of all when it watches every one.
