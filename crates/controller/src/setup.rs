@@ -35,3 +35,34 @@ pub async fn client_for(config: &OperatorConfig) -> Result<Client> {
     };
     Ok(Client::try_from(kube_config)?)
 }
+
+/// The multi-threaded runtime every binary of the project runs on.
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+}
+
+/// Install the SIGTERM and SIGINT handlers now, not when first polled: from here on a
+/// signal is a graceful shutdown (before, it ends the process at once, which is also
+/// prompt). Call it inside the runtime. The future resolves on the first signal.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+        let mut interrupt = signal(SignalKind::interrupt()).expect("SIGINT handler");
+        async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = interrupt.recv() => {}
+            }
+            tracing::info!("shutting down");
+        }
+    }
+    #[cfg(not(unix))]
+    async {
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down");
+    }
+}

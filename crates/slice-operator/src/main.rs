@@ -42,7 +42,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Crd => print_crd(),
         Command::RenderPods { file, slices } => render(&file, slices),
-        Command::Run(config) => runtime().and_then(|rt| rt.block_on(run(config))),
+        Command::Run(config) => slice_controller::runtime()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(run(config))),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -53,38 +55,8 @@ fn main() -> ExitCode {
     }
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?)
-}
-
-/// Install the SIGTERM and SIGINT handlers now, not when first polled: from here on a
-/// signal is a graceful shutdown (before, it ends the process at once, which is also prompt).
-/// Call it inside the runtime. The future resolves on the first signal.
-fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-        let mut interrupt = signal(SignalKind::interrupt()).expect("SIGINT handler");
-        async move {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = interrupt.recv() => {}
-            }
-            tracing::info!("shutting down");
-        }
-    }
-    #[cfg(not(unix))]
-    async {
-        let _ = tokio::signal::ctrl_c().await;
-        tracing::info!("shutting down");
-    }
-}
-
 async fn run(config: OperatorConfig) -> anyhow::Result<()> {
-    let shutdown = shutdown_signal();
+    let shutdown = slice_controller::shutdown_signal();
     operator::init_tracing(config.log_format);
     let client = operator::client_for(&config).await?;
     operator::run(client, config, shutdown, None).await?;

@@ -62,24 +62,27 @@ fn main() -> ExitCode {
             scenario,
             serve,
             settle_timeout,
-        } => runtime()
+        } => slice_controller::runtime()
+            .map_err(anyhow::Error::from)
             .and_then(|rt| rt.block_on(commands::simulate(scenario, serve, settle_timeout))),
         Command::FakeKubelet {
             kubeconfig,
             pools,
             scheduler,
             termination_delay,
-        } => runtime().and_then(|rt| {
-            rt.block_on(async {
-                let shutdown = shutdown_signal();
-                let options = slice_sim::KubeletOptions {
-                    scheduler,
-                    termination_delay: seconds("--termination-delay", termination_delay)?,
-                    ..Default::default()
-                };
-                commands::fake_kubelet(kubeconfig, pools, options, shutdown).await
-            })
-        }),
+        } => slice_controller::runtime()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| {
+                rt.block_on(async {
+                    let shutdown = slice_controller::shutdown_signal();
+                    let options = slice_sim::KubeletOptions {
+                        scheduler,
+                        termination_delay: seconds("--termination-delay", termination_delay)?,
+                        ..Default::default()
+                    };
+                    commands::fake_kubelet(kubeconfig, pools, options, shutdown).await
+                })
+            }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -92,34 +95,4 @@ fn main() -> ExitCode {
 
 fn seconds(flag: &str, secs: f64) -> anyhow::Result<Duration> {
     Duration::try_from_secs_f64(secs).map_err(|e| anyhow::anyhow!("{flag} {secs}: {e}"))
-}
-
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?)
-}
-
-/// Install the SIGTERM and SIGINT handlers now, not when first polled: from here on a
-/// signal is a graceful shutdown (the fake kubelet stops its loop). Call it inside the
-/// runtime. The future resolves on the first signal.
-fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-        let mut interrupt = signal(SignalKind::interrupt()).expect("SIGINT handler");
-        async move {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = interrupt.recv() => {}
-            }
-            tracing::info!("shutting down");
-        }
-    }
-    #[cfg(not(unix))]
-    async {
-        let _ = tokio::signal::ctrl_c().await;
-        tracing::info!("shutting down");
-    }
 }
