@@ -206,6 +206,39 @@ mod tests {
         );
     }
 
+    /// A field the CRD defaults but the operator leaves out would come back from the server
+    /// with its default on every write, and be removed again each time: a write loop. Where
+    /// `leftovers` looks (the top of the status and `head`), every defaulted field is sent.
+    #[test]
+    fn every_field_the_crd_defaults_is_sent_so_the_server_adds_nothing_back() {
+        let crd = serde_json::to_value(slice_core::api::crd()).unwrap();
+        let schema =
+            &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"];
+        let status = TrainClusterStatus {
+            head: Some(Default::default()),
+            ..Default::default()
+        };
+        let sent = status_apply(&status).unwrap()["status"].clone();
+        let levels = [
+            (&schema["properties"], &sent, ".status"),
+            (
+                &schema["properties"]["head"]["properties"],
+                &sent["head"],
+                ".status.head",
+            ),
+        ];
+        for (properties, sent, path) in levels {
+            for (field, property) in properties.as_object().unwrap() {
+                if property.get("default").is_some() {
+                    assert!(
+                        sent.get(field).is_some(),
+                        "{path}.{field} is defaulted, not sent"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn leftovers_are_the_stored_fields_the_intended_status_leaves_out() {
         let stored = json!({"phase": "Running", "createRetryAfter": "t",
