@@ -148,6 +148,8 @@ def test_default_kinds(default_docs):
             "Deployment",
             "PodDisruptionBudget",
             "PriorityClass",
+            "FlowSchema",
+            "FlowSchema",
         ]
     )
 
@@ -194,7 +196,7 @@ def test_standard_labels(default_docs):
 
 def test_namespaced_objects_in_release_namespace(default_docs):
     for d in default_docs:
-        if d["kind"] not in ("ClusterRole", "ClusterRoleBinding", "PriorityClass"):
+        if d["kind"] not in ("ClusterRole", "ClusterRoleBinding", "PriorityClass", "FlowSchema"):
             assert d["metadata"]["namespace"] == NAMESPACE, d["kind"]
 
 
@@ -471,6 +473,38 @@ def test_notes_render():
 
 
 # ---------------------------------------------------------------------------------------------
+# API Priority and Fairness
+
+
+def test_flow_schemas_put_the_lease_in_leader_election_and_the_rest_above_workloads(default_docs):
+    schemas = by_kind(default_docs, "FlowSchema")
+    assert len(schemas) == 2, [d["metadata"]["name"] for d in schemas]
+    lease = one(default_docs, "FlowSchema", f"{RELEASE}-{NAMESPACE}-leader-election")
+    rest = one(default_docs, "FlowSchema", f"{RELEASE}-{NAMESPACE}")
+    assert lease["apiVersion"] == "flowcontrol.apiserver.k8s.io/v1"
+    assert lease["spec"]["priorityLevelConfiguration"]["name"] == "leader-election"
+    assert rest["spec"]["priorityLevelConfiguration"]["name"] == "workload-high"
+    serviceaccount = one(default_docs, "ServiceAccount")["metadata"]["name"]
+    for schema in (lease, rest):
+        (rule,) = schema["spec"]["rules"]
+        assert rule["subjects"] == [{"kind": "ServiceAccount",
+                                     "serviceAccount": {"name": serviceaccount, "namespace": NAMESPACE}}]
+    (lease_rule,) = lease["spec"]["rules"][0]["resourceRules"]
+    assert lease_rule == {"verbs": ["get", "create", "update"], "apiGroups": ["coordination.k8s.io"],
+                          "resources": ["leases"], "namespaces": [NAMESPACE]}
+    # The lease schema matches first; both match before the catch-all `service-accounts` (9000).
+    precedence = [s["spec"]["matchingPrecedence"] for s in (lease, rest)]
+    assert precedence[0] < precedence[1] < 9000, precedence
+
+
+def test_flow_schemas_can_be_left_to_the_clusters_admins():
+    assert by_kind(render({"apiPriority.flowSchemas": False}), "FlowSchema") == []
+    custom = render({"apiPriority.priorityLevel": "slice-operator"})
+    rest = one(custom, "FlowSchema", f"{RELEASE}-{NAMESPACE}")
+    assert rest["spec"]["priorityLevelConfiguration"]["name"] == "slice-operator"
+
+
+# ---------------------------------------------------------------------------------------------
 # invalid values fail with a message naming the value
 
 
@@ -490,6 +524,8 @@ def test_notes_render():
         ({"watchNamespace": "Not_A_Namespace"}, "watchNamespace"),
         ({"rbac.namespaced": True}, "watchNamespace"),
         ({"replicas": 2, "leaderElection.enabled": False}, "leaderElection.enabled"),
+        ({"apiPriority.matchingPrecedence": 9000}, "matchingPrecedence"),
+        ({"apiPriority.priorityLevel": ""}, "priorityLevel"),
     ],
 )
 def test_invalid_values_fail(values, needle):
