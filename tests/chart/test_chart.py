@@ -479,8 +479,8 @@ def test_notes_render():
 def test_flow_schemas_put_the_lease_in_leader_election_and_the_rest_above_workloads(default_docs):
     schemas = by_kind(default_docs, "FlowSchema")
     assert len(schemas) == 2, [d["metadata"]["name"] for d in schemas]
-    lease = one(default_docs, "FlowSchema", f"{RELEASE}-{NAMESPACE}-leader-election")
-    rest = one(default_docs, "FlowSchema", f"{RELEASE}-{NAMESPACE}")
+    lease = one(default_docs, "FlowSchema", f"{RELEASE}-{NAMESPACE}-lease")
+    rest = one(default_docs, "FlowSchema", f"{RELEASE}-{NAMESPACE}-requests")
     assert lease["apiVersion"] == "flowcontrol.apiserver.k8s.io/v1"
     assert lease["spec"]["priorityLevelConfiguration"]["name"] == "leader-election"
     assert rest["spec"]["priorityLevelConfiguration"]["name"] == "workload-high"
@@ -500,8 +500,26 @@ def test_flow_schemas_put_the_lease_in_leader_election_and_the_rest_above_worklo
 def test_flow_schemas_can_be_left_to_the_clusters_admins():
     assert by_kind(render({"apiPriority.flowSchemas": False}), "FlowSchema") == []
     custom = render({"apiPriority.priorityLevel": "slice-operator"})
-    rest = one(custom, "FlowSchema", f"{RELEASE}-{NAMESPACE}")
+    rest = one(custom, "FlowSchema", f"{RELEASE}-{NAMESPACE}-requests")
     assert rest["spec"]["priorityLevelConfiguration"]["name"] == "slice-operator"
+
+
+def test_at_the_highest_precedence_allowed_both_still_match_before_service_accounts():
+    docs = render({"apiPriority.matchingPrecedence": 8998})
+    assert max(s["spec"]["matchingPrecedence"] for s in by_kind(docs, "FlowSchema")) == 8999
+    lowest = render({"apiPriority.matchingPrecedence": 2})
+    assert min(s["spec"]["matchingPrecedence"] for s in by_kind(lowest, "FlowSchema")) == 2
+
+
+def test_without_leader_election_there_is_no_lease_schema():
+    docs = render({"replicas": 1, "leaderElection.enabled": False})
+    assert [s["metadata"]["name"] for s in by_kind(docs, "FlowSchema")] == [f"{RELEASE}-{NAMESPACE}-requests"]
+
+
+def test_flow_schemas_refuse_the_namespaces_default_service_account():
+    msg = render_fail({"serviceAccount.create": False})
+    assert "default ServiceAccount" in msg and "apiPriority.flowSchemas=false" in msg
+    assert by_kind(render({"serviceAccount.create": False, "apiPriority.flowSchemas": False}), "FlowSchema") == []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -524,8 +542,12 @@ def test_flow_schemas_can_be_left_to_the_clusters_admins():
         ({"watchNamespace": "Not_A_Namespace"}, "watchNamespace"),
         ({"rbac.namespaced": True}, "watchNamespace"),
         ({"replicas": 2, "leaderElection.enabled": False}, "leaderElection.enabled"),
-        ({"apiPriority.matchingPrecedence": 9000}, "matchingPrecedence"),
+        ({"apiPriority.matchingPrecedence": 8999}, "matchingPrecedence"),
+        ({"apiPriority.matchingPrecedence": 1}, "matchingPrecedence"),
         ({"apiPriority.priorityLevel": ""}, "priorityLevel"),
+        ({"apiPriority.priorityLevel": "Workload_High"}, "priorityLevel"),
+        ({"apiPriority.priorityLevel": "exempt"}, "priorityLevel"),
+        ({"apiPriority.priorityLevel": "leader-election"}, "priorityLevel"),
     ],
 )
 def test_invalid_values_fail(values, needle):

@@ -83,6 +83,9 @@ Validate value combinations the JSON schema cannot express clearly.
 {{- if and (gt (int .Values.replicas) 1) (not .Values.leaderElection.enabled) }}
 {{- fail "replicas > 1 requires leaderElection.enabled=true (otherwise several operators would reconcile the same TrainClusters); set replicas=1 or leaderElection.enabled=true" }}
 {{- end }}
+{{- if and .Values.apiPriority.flowSchemas (eq (include "slice-operator.serviceAccountName" .) "default") }}
+{{- fail "apiPriority.flowSchemas=true with the namespace's default ServiceAccount would raise the priority of every pod that runs as it; set serviceAccount.create=true or serviceAccount.name, or apiPriority.flowSchemas=false" }}
+{{- end }}
 {{- end }}
 
 {{/*
