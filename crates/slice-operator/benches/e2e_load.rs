@@ -76,30 +76,11 @@ fn main() -> anyhow::Result<()> {
 
 /// `converge100`: 100 TrainClusters x 8 slices x 16 hosts.
 async fn run(binary: &str) -> anyhow::Result<()> {
-    let emulator = Emulator::start(EmulatorOptions {
-        request_log_limit: 400_000,
-        request_body_limit: 256,
-        ..Default::default()
-    })
-    .await?;
-    slice_sim::install_chart_objects(&emulator)?;
-    let pools = CLUSTERS as u32 * SLICES;
-    for p in 0..pools {
-        let spec = NodePoolSpec::new(&format!("p{p:04}"), "tpu-v6e-slice", "8x8");
-        for h in 0..HOSTS {
-            let node = slice_sim::nodes::build_node(&spec, h)?;
-            emulator
-                .create_object("v1", "nodes", None, serde_json::to_value(node)?)
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-        }
-    }
+    let pools: Vec<String> = (0..CLUSTERS as u32 * SLICES)
+        .map(|p| format!("p{p:04}"))
+        .collect();
     let foreign = foreign_pods();
-    add_foreign_pods(&emulator, foreign)?;
-    let kubeconfig = std::env::temp_dir().join(format!(
-        "slice-operator-bench-{}.kubeconfig",
-        std::process::id()
-    ));
-    emulator.write_kubeconfig(&kubeconfig)?;
+    let (emulator, _, kubeconfig) = start_cluster(&pools, HOSTS, foreign, "converge100").await?;
     let client = emulator.client();
     let kubelet = FakeKubelet::run(
         client.clone(),
@@ -174,7 +155,7 @@ async fn run(binary: &str) -> anyhow::Result<()> {
     println!(
         "e2e_load: {CLUSTERS} TrainClusters x {SLICES} slices x {HOSTS} hosts = {} pods on {} nodes",
         CLUSTERS as u32 * SLICES * HOSTS,
-        pools * HOSTS
+        pools.len() as u32 * HOSTS
     );
     println!(
         "  plus {foreign} TPU pods of another team (another namespace, pending), which the operator also watches"
@@ -222,6 +203,42 @@ fn chart_concurrency() -> anyhow::Result<String> {
 
 /// Other teams' TPU pods in the cluster (`FOREIGN_PODS`, default 12,800): the operator keeps
 /// every TPU pod in its cache, whoever runs it.
+/// An emulator with the chart's objects, v6e 8x8 node pools of `hosts` nodes each, and
+/// `foreign` other-team TPU pods; its kubeconfig written for the operator binary. Returns the
+/// node names too.
+async fn start_cluster(
+    pools: &[String],
+    hosts: u32,
+    foreign: u32,
+    tag: &str,
+) -> anyhow::Result<(Emulator, Vec<String>, std::path::PathBuf)> {
+    let emulator = Emulator::start(EmulatorOptions {
+        request_log_limit: 400_000,
+        request_body_limit: 256,
+        ..Default::default()
+    })
+    .await?;
+    slice_sim::install_chart_objects(&emulator)?;
+    let mut nodes = Vec::new();
+    for pool in pools {
+        let spec = NodePoolSpec::new(pool, "tpu-v6e-slice", "8x8");
+        for h in 0..hosts {
+            let node = slice_sim::nodes::build_node(&spec, h)?;
+            nodes.push(node.metadata.name.clone().unwrap_or_default());
+            emulator
+                .create_object("v1", "nodes", None, serde_json::to_value(node)?)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+    }
+    add_foreign_pods(&emulator, foreign)?;
+    let kubeconfig = std::env::temp_dir().join(format!(
+        "slice-operator-bench-{tag}-{}.kubeconfig",
+        std::process::id()
+    ));
+    emulator.write_kubeconfig(&kubeconfig)?;
+    Ok((emulator, nodes, kubeconfig))
+}
+
 fn foreign_pods() -> u32 {
     std::env::var("FOREIGN_PODS")
         .ok()

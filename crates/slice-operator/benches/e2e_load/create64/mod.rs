@@ -48,8 +48,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use slice_core::api::Membership;
 use slice_core::constants::LABEL_CLUSTER;
-use slice_emulator::{Emulator, EmulatorOptions};
-use slice_sim::{FakeKubelet, KubeletOptions, NodePoolSpec};
+use slice_emulator::Emulator;
+use slice_sim::{FakeKubelet, KubeletOptions};
 
 use self::ceiling::{ceiling_run, plain_pod};
 use self::cluster::{create_cluster, delete_cluster};
@@ -65,30 +65,9 @@ pub use self::ceiling::{PLAIN_LOOP_MODE, plain_loop};
 pub async fn run(binary: &str) -> anyhow::Result<()> {
     let settings = Settings::from_env();
 
-    let emulator = Emulator::start(EmulatorOptions {
-        request_log_limit: 400_000,
-        request_body_limit: 256,
-        ..Default::default()
-    })
-    .await?;
-    slice_sim::install_chart_objects(&emulator)?;
-    let mut nodes = Vec::new();
-    for p in 0..SLICES {
-        let spec = NodePoolSpec::new(&format!("p{p:02}"), "tpu-v6e-slice", "8x8");
-        for h in 0..HOSTS {
-            let node = slice_sim::nodes::build_node(&spec, h)?;
-            nodes.push(node.metadata.name.clone().unwrap_or_default());
-            emulator
-                .create_object("v1", "nodes", None, serde_json::to_value(node)?)
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-        }
-    }
-    crate::add_foreign_pods(&emulator, settings.foreign)?;
-    let kubeconfig = std::env::temp_dir().join(format!(
-        "slice-operator-bench-create64-{}.kubeconfig",
-        std::process::id()
-    ));
-    emulator.write_kubeconfig(&kubeconfig)?;
+    let pools: Vec<String> = (0..SLICES).map(|p| format!("p{p:02}")).collect();
+    let (emulator, nodes, kubeconfig) =
+        crate::start_cluster(&pools, HOSTS, settings.foreign, "create64").await?;
     let client = emulator.client();
     let kubelet = FakeKubelet::run(
         client.clone(),
