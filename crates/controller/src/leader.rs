@@ -3,6 +3,10 @@
 //!
 //! Never two leaders acting: the leader steps down when the renew deadline (2/3 of the lease)
 //! passes since the start of its last successful renewal, even with a call still in flight.
+//! Until then a slow API server is not a lost lease: a renewal that fails or does not answer
+//! within [`LEASE_CALL_TIMEOUT`] is tried again [`RETRY_PERIOD`] later, as client-go does.
+//! A renewal is one PUT of the lease as last written (its resourceVersion proves nobody
+//! wrote since); only a conflict costs a GET.
 //! A standby takes the lease only a full lease duration after it *observed* the last change
 //! of the lease record, by its own monotonic clock (as client-go does), so the holder's clock
 //! (the renewTime it wrote) never shortens the wait. On shutdown the lease is released before
@@ -20,9 +24,13 @@ use tokio::sync::watch;
 use crate::error::{Error, Result};
 use slice_core::constants::FIELD_MANAGER;
 
-/// Longest a single lease call may take: a stalled request must not keep an old leader
-/// believing it leads.
-const LEASE_CALL_TIMEOUT: Duration = Duration::from_secs(4);
+/// Longest one renewal attempt may take before the next is sent: a request lost on a dead
+/// connection or stuck in a queue must not use up the renew deadline alone.
+const LEASE_CALL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Wait after a failed renewal attempt before the next one (client-go's retry period is 2 s
+/// for a 10 s deadline; this leaves room for four attempts).
+const RETRY_PERIOD: Duration = Duration::from_millis(500);
 
 pub struct LeaderElector {
     api: Api<Lease>,
@@ -31,6 +39,8 @@ pub struct LeaderElector {
     duration: SignedDuration,
     /// The lease record (holder, renewTime) last seen, and when this replica first saw it.
     observed: std::sync::Mutex<Option<(Observed, tokio::time::Instant)>>,
+    /// The lease as this replica last wrote it (it held it then): the next renewal's base.
+    written: std::sync::Mutex<Option<Lease>>,
 }
 
 /// What identifies one renewal of a lease.
@@ -50,6 +60,7 @@ impl LeaderElector {
             identity: identity.into(),
             duration: SignedDuration::from_secs(duration_seconds.into()),
             observed: std::sync::Mutex::new(None),
+            written: std::sync::Mutex::new(None),
         }
     }
 
@@ -86,12 +97,11 @@ impl LeaderElector {
     }
 
     async fn try_acquire_or_renew_unbounded(&self) -> Result<bool> {
+        if let Some(renewed) = self.renew_as_last_written().await? {
+            return Ok(renewed);
+        }
         let now = Timestamp::now();
         let current = self.api.get_opt(&self.name).await?;
-        let params = PostParams {
-            field_manager: Some(FIELD_MANAGER.into()),
-            ..Default::default()
-        };
         let Some(mut lease) = current else {
             let lease = Lease {
                 metadata: ObjectMeta {
@@ -100,11 +110,7 @@ impl LeaderElector {
                 },
                 spec: Some(self.spec(now, now, 0)),
             };
-            return match self.api.create(&params, &lease).await {
-                Ok(_) => Ok(true),
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-                Err(e) => Err(e.into()),
-            };
+            return self.written(self.api.create(&self.params(), &lease).await);
         };
         let spec = lease.spec.clone().unwrap_or_default();
         let holder = spec.holder_identity.clone().unwrap_or_default();
@@ -125,10 +131,45 @@ impl LeaderElector {
         };
         lease.spec = Some(self.spec(acquired, now, transitions));
         // replace() carries the resourceVersion: a concurrent taker gets 409 and loses.
-        match self.api.replace(&self.name, &params, &lease).await {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        self.written(self.api.replace(&self.name, &self.params(), &lease).await)
+    }
+
+    /// The fast path of a holder: PUT the lease as last written with a new renewTime. `None`
+    /// when there is no such lease or someone wrote it since (409): read it first then.
+    async fn renew_as_last_written(&self) -> Result<Option<bool>> {
+        let last = self.written.lock().expect("lease lock").clone();
+        let Some(mut lease) = last else {
+            return Ok(None);
+        };
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        spec.renew_time = Some(MicroTime(Timestamp::now()));
+        match self.written(self.api.replace(&self.name, &self.params(), &lease).await) {
+            Ok(true) => Ok(Some(true)),
+            Ok(false) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Remembers a lease this replica wrote; `Ok(false)` when the write lost a race (409).
+    fn written(&self, result: kube::Result<Lease>) -> Result<bool> {
+        let mut written = self.written.lock().expect("lease lock");
+        match result {
+            Ok(lease) => {
+                *written = Some(lease);
+                Ok(true)
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                *written = None;
+                Ok(false)
+            }
             Err(e) => Err(e.into()),
+        }
+    }
+
+    fn params(&self) -> PostParams {
+        PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
         }
     }
 
@@ -181,10 +222,11 @@ impl LeaderElector {
         let task = tokio::spawn(async move {
             // The start of the last successful renewal: the renewTime it wrote is no later.
             let mut renewed_at = tokio::time::Instant::now();
+            let mut wait = renewer.renew_every();
             loop {
                 let deadline = renewed_at + renewer.renew_deadline();
                 tokio::select! {
-                    _ = tokio::time::sleep(renewer.renew_every()) => {}
+                    _ = tokio::time::sleep(wait) => {}
                     _ = &mut stop_rx => return,
                 }
                 let attempt = tokio::time::Instant::now();
@@ -192,18 +234,23 @@ impl LeaderElector {
                     result = renewer.try_acquire_or_renew() => match result {
                         Ok(true) => {
                             renewed_at = attempt;
+                            wait = renewer.renew_every();
                             continue;
                         }
-                        Ok(false) => break,
-                        Err(e) => tracing::warn!(error = %e, "lease renewal failed"),
+                        Ok(false) => {
+                            tracing::error!("another replica holds the leader lease; stepping down");
+                            break;
+                        }
+                        Err(e) => tracing::warn!(error = %e, "lease renewal failed; trying again"),
                     },
                     // Never past the deadline, whatever a call in flight is doing.
                     _ = tokio::time::sleep_until(deadline) => {}
                 }
-                if tokio::time::Instant::now() >= deadline {
+                if tokio::time::Instant::now() + RETRY_PERIOD >= deadline {
                     tracing::error!(deadline = ?renewer.renew_deadline(), "could not renew the leader lease in time; stepping down");
                     break;
                 }
+                wait = RETRY_PERIOD;
             }
             let _ = tx.send(false);
         });
@@ -232,11 +279,8 @@ impl LeaderElector {
         }
         spec.holder_identity = None;
         spec.renew_time = None;
-        let params = PostParams {
-            field_manager: Some(FIELD_MANAGER.into()),
-            ..Default::default()
-        };
-        self.api.replace(&self.name, &params, &lease).await?;
+        self.api.replace(&self.name, &self.params(), &lease).await?;
+        *self.written.lock().expect("lease lock") = None;
         tracing::info!(lease = %self.name, "released the leader lease");
         Ok(())
     }
@@ -320,34 +364,96 @@ mod tests {
         respond.send_response(response);
     }
 
-    /// A lease API: every GET returns `current`; a PUT is answered (and recorded) only while
-    /// `answer_writes` is set, otherwise it hangs, as a stalled API server does.
-    fn api(
-        current: serde_json::Value,
-        answer_writes: Arc<Mutex<bool>>,
-    ) -> (Client, Arc<Mutex<u32>>) {
+    /// How the lease API answers writes.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Writes {
+        Answer,
+        /// Hang, as a stalled API server (or a request stuck in a queue) does.
+        Hang,
+        /// Hang this many more writes, then answer.
+        HangNext(u32),
+    }
+
+    /// Requests the lease API received.
+    #[derive(Default)]
+    struct Seen {
+        gets: u32,
+        writes: u32,
+    }
+
+    /// A lease API: every GET returns `current`; a PUT is answered (and counted as a write)
+    /// as `writes` says.
+    fn api(current: serde_json::Value, writes: Arc<Mutex<Writes>>) -> (Client, Arc<Mutex<Seen>>) {
         let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-        let writes = Arc::new(Mutex::new(0));
-        let counted = writes.clone();
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let counted = seen.clone();
         tokio::spawn(async move {
             let mut hung: Vec<Respond> = Vec::new();
             while let Some((request, respond)) = handle.next_request().await {
                 if request.method() == "GET" {
+                    counted.lock().unwrap().gets += 1;
                     reply(respond, current.clone());
-                } else if *answer_writes.lock().unwrap() {
-                    *counted.lock().unwrap() += 1;
-                    reply(respond, current.clone());
-                } else {
-                    hung.push(respond);
+                    continue;
+                }
+                let mut policy = writes.lock().unwrap();
+                match *policy {
+                    Writes::Answer => {
+                        counted.lock().unwrap().writes += 1;
+                        reply(respond, current.clone());
+                    }
+                    Writes::Hang => hung.push(respond),
+                    Writes::HangNext(n) => {
+                        *policy = if n <= 1 {
+                            Writes::Answer
+                        } else {
+                            Writes::HangNext(n - 1)
+                        };
+                        hung.push(respond);
+                    }
                 }
             }
         });
-        (Client::new(service, "ns"), writes)
+        (Client::new(service, "ns"), seen)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_api_server_is_not_a_lost_lease_renewals_are_tried_again_within_the_deadline() {
+        let writes = Arc::new(Mutex::new(Writes::Answer));
+        let (client, seen) = api(lease("me", "2026-01-01T00:00:00.000000Z"), writes.clone());
+        let elector = LeaderElector::new(client, "ns", "lead", "me", 15);
+        let deadline = elector.renew_deadline();
+        assert!(elector.try_acquire_or_renew().await.unwrap(), "ours");
+        let held = elector.keep_renewing();
+        // The next two renewals do not answer (a queue, a dead connection); the third does.
+        *writes.lock().unwrap() = Writes::HangNext(2);
+        tokio::time::sleep(deadline + Duration::from_secs(5)).await;
+        assert!(
+            *held.held.borrow(),
+            "the leader stepped down on a slow server"
+        );
+        assert!(
+            seen.lock().unwrap().writes >= 2,
+            "renewed after the hung calls"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_is_one_put_of_the_lease_as_last_written() {
+        let writes = Arc::new(Mutex::new(Writes::Answer));
+        let (client, seen) = api(lease("me", "2026-01-01T00:00:00.000000Z"), writes);
+        let elector = LeaderElector::new(client, "ns", "lead", "me", 15);
+        assert!(elector.try_acquire_or_renew().await.unwrap(), "ours");
+        let held = elector.keep_renewing();
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert!(*held.held.borrow());
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.gets, 1, "only the first call read the lease");
+        assert!(seen.writes >= 10, "renewed every 3 s: {}", seen.writes);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_leader_whose_renewals_hang_steps_down_by_the_renew_deadline() {
-        let answer = Arc::new(Mutex::new(true));
+        let answer = Arc::new(Mutex::new(Writes::Answer));
         let (client, _) = api(lease("me", "2026-01-01T00:00:00.000000Z"), answer.clone());
         let elector = LeaderElector::new(client, "ns", "lead", "me", 15);
         let deadline = elector.renew_deadline();
@@ -358,7 +464,7 @@ mod tests {
         let mut held = elector.keep_renewing();
         // The first renewal (after 3 s) succeeds; from then on every call hangs.
         tokio::time::sleep(Duration::from_millis(3500)).await;
-        *answer.lock().unwrap() = false;
+        *answer.lock().unwrap() = Writes::Hang;
         let last_renewal_started = tokio::time::Instant::now() - Duration::from_millis(500);
         held.lost().await;
         let stepped_down = tokio::time::Instant::now() - last_renewal_started;
@@ -375,9 +481,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_standby_waits_a_full_lease_from_its_own_observation_whatever_the_holders_clock() {
         // The holder's renewTime is an hour old: its clock is behind (or it just died).
-        let (client, writes) = api(
+        let (client, seen) = api(
             lease("other", "2026-01-01T00:00:00.000000Z"),
-            Arc::new(Mutex::new(true)),
+            Arc::new(Mutex::new(Writes::Answer)),
         );
         let elector = LeaderElector::new(client, "ns", "lead", "me", 15);
         assert!(
@@ -386,12 +492,12 @@ mod tests {
         );
         tokio::time::sleep(Duration::from_secs(14)).await;
         assert!(!elector.try_acquire_or_renew().await.unwrap(), "14 s later");
-        assert_eq!(*writes.lock().unwrap(), 0);
+        assert_eq!(seen.lock().unwrap().writes, 0);
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(
             elector.try_acquire_or_renew().await.unwrap(),
             "a full lease later"
         );
-        assert_eq!(*writes.lock().unwrap(), 1);
+        assert_eq!(seen.lock().unwrap().writes, 1);
     }
 }

@@ -1,7 +1,8 @@
 //! A real control plane for the e2e suite, started the way envtest does it: when
 //! [`ASSETS_VAR`] (`KUBEBUILDER_ASSETS`) names a folder holding `kube-apiserver`,
 //! `kube-scheduler` and `kube-controller-manager` (and `etcd` is there or on the PATH), the
-//! first scenario starts them on loopback, installs the chart's objects from
+//! first scenario starts them on loopback (a small API server: 12 + 6 requests in flight, as
+//! the load scenario needs), installs the chart's objects from
 //! `deploy/slice-operator.yaml` (all but the Deployment), and runs the operator *binary* as
 //! the Deployment does: its replicas, its args, its ServiceAccount's RBAC (a token from the
 //! TokenRequest API). Every scenario of the process then runs against it, one at a time.
@@ -265,6 +266,8 @@ impl ControlPlane {
                 format!("--service-account-signing-key-file={}", path(&key)),
                 arg("--service-cluster-ip-range=10.96.0.0/16"),
                 arg("--allow-privileged=true"),
+                arg("--max-requests-inflight=12"),
+                arg("--max-mutating-requests-inflight=6"),
             ],
         )?;
         let admin = config_from(&dir.join("admin.kubeconfig")).await?;
