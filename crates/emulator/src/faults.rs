@@ -32,6 +32,20 @@ pub enum Verb {
 }
 
 impl Verb {
+    /// The verb as RBAC and FlowSchemas name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::Get => "get",
+            Verb::List => "list",
+            Verb::Watch => "watch",
+            Verb::Create => "create",
+            Verb::Update => "update",
+            Verb::Patch => "patch",
+            Verb::Delete => "delete",
+            Verb::DeleteCollection => "deletecollection",
+        }
+    }
+
     /// Is this a mutating verb?
     pub fn is_write(self) -> bool {
         matches!(

@@ -26,8 +26,11 @@
 //! its `Established`/`NamesAccepted` conditions.
 //!
 //! # Differences from the real API server (deliberate approximations)
-//! * No authentication, authorization, admission webhooks, ValidatingAdmissionPolicies,
-//!   quota, or API priority and fairness. No protobuf, no Table output, no aggregated
+//! * Authentication by bearer tokens the test hands out ([`Emulator::service_account_config`]);
+//!   a request without one is the admin (`system:masters`). No authorization, admission
+//!   webhooks, ValidatingAdmissionPolicies or quota. API Priority and Fairness classifies
+//!   requests by FlowSchemas as the server does, and queues them only in the priority levels
+//!   a test limits ([`PriorityLevels`]; the `apf` module lists its approximations). No protobuf, no Table output, no aggregated
 //!   discovery (plain JSON is returned; clients fall back to it), no `/openapi` (404), so
 //!   `kubectl apply`/`create` need `--validate=false` (get/label/delete/describe/watch work).
 //! * Strategic merge patch is applied as a JSON merge patch (lists replaced wholesale,
@@ -86,6 +89,7 @@
 //! * No-op writes return the current object without a new resourceVersion (like the real
 //!   server), but `generation` is bumped on any change outside metadata/status.
 
+mod apf;
 mod defaults;
 mod errors;
 mod faults;
@@ -105,6 +109,8 @@ use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
+pub use apf::PriorityLevels;
+pub use apf::users::User;
 pub use errors::ApiError;
 pub use faults::{Faults, Verb};
 pub use patch::PatchKind;
@@ -197,6 +203,8 @@ impl Emulator {
                 opts.watch_latency,
             ),
             store,
+            users: Default::default(),
+            priority_levels: Default::default(),
             log: RequestLog::new(opts.request_log_limit, opts.request_body_limit),
             drop_watches: drop_tx,
             shutdown: shutdown_rx.clone(),
@@ -251,6 +259,25 @@ impl Emulator {
             "apiVersion: v1\nkind: Config\nclusters:\n- name: emulator\n  cluster:\n    server: {}\nusers:\n- name: emulator\n  user: {{}}\ncontexts:\n- name: emulator\n  context:\n    cluster: emulator\n    user: emulator\n    namespace: default\ncurrent-context: emulator\npreferences: {{}}\n",
             self.url()
         )
+    }
+
+    /// A kube `Config` that authenticates as `user` (a bearer token of its own).
+    pub fn config_as(&self, user: User) -> kube::Config {
+        let mut config = self.config();
+        let token = self.state.users.token_for(user);
+        config.auth_info.token = Some(token.into());
+        config
+    }
+
+    /// A kube `Config` that authenticates as the ServiceAccount `namespace/name`, as a pod
+    /// running under it does (its groups: `system:serviceaccounts`, ...).
+    pub fn service_account_config(&self, namespace: &str, name: &str) -> kube::Config {
+        self.config_as(User::service_account(namespace, name))
+    }
+
+    /// The API Priority and Fairness levels, to limit (and count) them.
+    pub fn priority_levels(&self) -> PriorityLevels {
+        self.state.priority_levels.clone()
     }
 
     /// Write [`Emulator::kubeconfig_yaml`] to a file (for `KUBECONFIG=... kubectl`).

@@ -4,6 +4,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::apf::PriorityLevels;
+use crate::apf::users::Users;
 use crate::faults::Faults;
 use crate::requests::RequestLog;
 use crate::store::SharedStore;
@@ -12,6 +14,8 @@ use crate::store::SharedStore;
 pub(crate) struct AppState {
     pub store: SharedStore,
     pub faults: Faults,
+    pub users: Users,
+    pub priority_levels: PriorityLevels,
     pub log: RequestLog,
     pub drop_watches: Arc<tokio::sync::watch::Sender<u64>>,
     pub shutdown: tokio::sync::watch::Receiver<bool>,

@@ -28,6 +28,22 @@ pub(super) fn builtins() -> impl Iterator<Item = ResourceInfo> {
             false,
         ),
         ResourceInfo::builtin(
+            "flowcontrol.apiserver.k8s.io",
+            "v1",
+            "flowschemas",
+            "FlowSchema",
+            false,
+            true,
+        ),
+        ResourceInfo::builtin(
+            "flowcontrol.apiserver.k8s.io",
+            "v1",
+            "prioritylevelconfigurations",
+            "PriorityLevelConfiguration",
+            false,
+            true,
+        ),
+        ResourceInfo::builtin(
             "apiextensions.k8s.io",
             "v1",
             "customresourcedefinitions",
