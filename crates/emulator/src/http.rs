@@ -16,7 +16,6 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::apf::Seat;
 use super::apf::classify::RequestDigest;
 use super::errors::ApiError;
 use super::faults::Verb;
@@ -305,33 +304,6 @@ fn delete_opts(q: &HashMap<String, String>, body: &[u8]) -> Result<DeleteOpts, A
     Ok(o)
 }
 
-/// Waits for a seat of the request's priority level (API Priority and Fairness).
-async fn priority_seat(
-    st: &AppState,
-    headers: &HeaderMap,
-    verb: Verb,
-    info: &ResourceInfo,
-    namespace: Option<&str>,
-    sub: Option<&str>,
-) -> Result<Seat, ApiError> {
-    let user = st.users.identify(headers)?;
-    let digest = RequestDigest {
-        user: &user,
-        verb: verb.as_str(),
-        group: &info.group,
-        resource: match sub {
-            Some(sub) => format!("{}/{sub}", info.plural),
-            None => info.plural.clone(),
-        },
-        namespace,
-    };
-    let level = st.priority_levels.classify(&st.store.lock(), &digest);
-    Ok(st
-        .priority_levels
-        .seat(level.as_deref(), verb == Verb::Watch)
-        .await)
-}
-
 #[allow(clippy::too_many_arguments)]
 async fn resource(
     st: &Arc<AppState>,
@@ -392,7 +364,13 @@ async fn resource(
         (Method::DELETE, None) => Verb::DeleteCollection,
         _ => return Err(ApiError::method_not_allowed()),
     };
-    let _seat = priority_seat(st, headers, verb, &info, ns.as_deref(), sub).await?;
+    let user = st.users.identify(headers)?;
+    let request = RequestDigest::new(&user, verb.as_str(), &info, ns.as_deref(), sub);
+    let level = st.priority_levels.classify(&st.store.lock(), &request);
+    let _seat = st
+        .priority_levels
+        .seat(level.as_deref(), verb == Verb::Watch)
+        .await;
     if let Some(d) = st.faults.latency(verb) {
         tokio::time::sleep(d).await;
     }

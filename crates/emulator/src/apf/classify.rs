@@ -6,6 +6,7 @@
 use serde_json::{Value, json};
 
 use super::users::User;
+use crate::store::ResourceInfo;
 
 /// What APF looks at in a request.
 #[derive(Debug, Clone)]
@@ -18,6 +19,28 @@ pub struct RequestDigest<'a> {
     pub resource: String,
     /// `None` for a cluster-scoped resource or a request across all namespaces.
     pub namespace: Option<&'a str>,
+}
+
+impl<'a> RequestDigest<'a> {
+    pub fn new(
+        user: &'a User,
+        verb: &'static str,
+        info: &'a ResourceInfo,
+        namespace: Option<&'a str>,
+        subresource: Option<&str>,
+    ) -> Self {
+        let resource = match subresource {
+            Some(sub) => format!("{}/{sub}", info.plural),
+            None => info.plural.clone(),
+        };
+        RequestDigest {
+            user,
+            verb,
+            group: &info.group,
+            resource,
+            namespace,
+        }
+    }
 }
 
 /// The priority levels of the server's mandatory and suggested configuration.
