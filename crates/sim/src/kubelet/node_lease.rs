@@ -2,7 +2,9 @@
 //! every [`RENEW_INTERVAL`]. A real node lifecycle controller marks a node whose Lease goes
 //! unrenewed past its grace (50 s) `Unknown` and taints it `unreachable`: a fake node whose
 //! kubelet is alive must not go that way, and one whose kubelet is down (Ready `Unknown`, as
-//! the simulator writes it) gets no heartbeat.
+//! the simulator writes it) gets no heartbeat. If a heartbeat came late all the same (a busy
+//! API server), the live kubelet posts its node Ready again at its next round, as a real
+//! kubelet's status update does, and the controller lifts its taints.
 
 use std::time::Duration;
 
@@ -11,6 +13,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::reflector::Store;
 use serde_json::json;
 
 use crate::nodes::KUBELET_DOWN_MESSAGE;
@@ -65,14 +68,19 @@ pub fn node_lease(node: &Node, renew_time: &str) -> serde_json::Value {
     })
 }
 
-/// Renews the Lease of every node whose kubelet is alive, a few at a time. Failures are
-/// logged: the next round tries again, as a kubelet does.
+/// How many heartbeats are in flight at once. Each real kubelet renews its own Lease; one
+/// fake kubelet for hundreds of nodes must not let a busy API server (seconds per request)
+/// stretch a round past the lifecycle controller's grace, so many go at once.
+const HEARTBEATS_IN_FLIGHT: usize = 64;
+
+/// Renews the Lease of every node whose kubelet is alive, [`HEARTBEATS_IN_FLIGHT`] at a time.
+/// Failures are logged: the next round tries again, as a kubelet does.
 pub async fn renew_all(client: &Client, nodes: &[std::sync::Arc<Node>]) {
     let api: Api<Lease> = Api::namespaced(client.clone(), NODE_LEASE_NAMESPACE);
     let now = crate::clock::now_rfc3339_micros();
     let params = PatchParams::apply(MANAGER).force();
     futures::stream::iter(nodes.iter().filter(|n| kubelet_alive(n)))
-        .for_each_concurrent(8, |node| {
+        .for_each_concurrent(HEARTBEATS_IN_FLIGHT, |node| {
             let (api, params, lease) = (&api, &params, node_lease(node, &now));
             async move {
                 let name = node.metadata.name.as_deref().unwrap_or_default();
@@ -82,6 +90,84 @@ pub async fn renew_all(client: &Client, nodes: &[std::sync::Arc<Node>]) {
             }
         })
         .await;
+}
+
+/// True when the node lifecycle controller marked the node `Unknown` (its heartbeat came
+/// late) while its kubelet is alive: the kubelet posts its status again.
+pub fn marked_unknown_while_alive(node: &Node) -> bool {
+    kubelet_alive(node)
+        && node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "Unknown")
+            })
+}
+
+/// Posts Ready `True` for every node the lifecycle controller marked `Unknown` while its
+/// kubelet lives (a merge of the node's conditions, as the kubelet's own status patch is).
+pub async fn repost_ready(client: &Client, nodes: &[std::sync::Arc<Node>]) {
+    let api: Api<Node> = Api::all(client.clone());
+    let now = crate::clock::now_rfc3339_micros();
+    for node in nodes.iter().filter(|n| marked_unknown_while_alive(n)) {
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        let conditions: Vec<serde_json::Value> = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(|c| serde_json::to_value(c).ok())
+            .map(|mut c| {
+                let ready = c["type"] == "Ready";
+                c["status"] = json!(if ready { "True" } else { "False" });
+                c["reason"] = json!(if ready {
+                    "KubeletReady"
+                } else {
+                    "KubeletHasSufficientResources"
+                });
+                c["message"] = json!(if ready {
+                    "kubelet is posting ready status (simulated)"
+                } else {
+                    "kubelet is healthy (simulated)"
+                });
+                c["lastHeartbeatTime"] = json!(now);
+                c["lastTransitionTime"] = json!(now);
+                c
+            })
+            .collect();
+        let patch = json!({"status": {"conditions": conditions}});
+        let params = PatchParams::default();
+        if let Err(e) = api.patch_status(name, &params, &Patch::Merge(&patch)).await {
+            tracing::debug!(node = name, error = %e, "fake kubelet status update failed");
+        }
+    }
+}
+
+/// Heartbeats every [`RENEW_INTERVAL`] on a task of their own; stopped when the returned
+/// guard is dropped.
+pub fn spawn_heartbeats(client: Client, nodes: Store<Node>) -> AbortOnDrop {
+    AbortOnDrop(tokio::spawn(async move {
+        let mut every = tokio::time::interval(RENEW_INTERVAL);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            let state = nodes.state();
+            renew_all(&client, &state).await;
+            repost_ready(&client, &state).await;
+        }
+    }))
+}
+
+/// Aborts its task when dropped.
+pub struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 #[cfg(test)]
@@ -106,8 +192,14 @@ mod tests {
             kubelet_alive(&nodes[0]),
             "a real controller's verdict: keep renewing"
         );
+        assert!(marked_unknown_while_alive(&nodes[0]), "posts Ready again");
         set(&mut nodes[0], KUBELET_DOWN_MESSAGE);
         assert!(!kubelet_alive(&nodes[0]), "the simulator took it down");
+        assert!(!marked_unknown_while_alive(&nodes[0]), "and stays down");
+        assert!(
+            !marked_unknown_while_alive(&nodes[1]),
+            "a Ready node: nothing to post"
+        );
         let lease = node_lease(&nodes[1], "2026-01-01T00:00:00.000000Z");
         assert_eq!(lease["spec"]["holderIdentity"], "pool-0-1");
         assert_eq!(lease["metadata"]["name"], "pool-0-1");

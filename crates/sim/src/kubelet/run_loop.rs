@@ -271,14 +271,11 @@ async fn run_loop(
     if !stopped {
         tracing::info!(binds = core.binds, "fake kubelet running");
         // A real scheduler means a real control plane, whose node lifecycle controller
-        // needs the kubelets' heartbeats.
-        let heartbeats = !core.binds;
-        let mut next_heartbeat = Instant::now();
+        // needs the kubelets' heartbeats: on their own task, as each kubelet sends its own,
+        // never late because the pods keep this loop busy.
+        let _heartbeats = (!core.binds)
+            .then(|| super::node_lease::spawn_heartbeats(client.clone(), watches.nodes.clone()));
         loop {
-            if heartbeats && Instant::now() >= next_heartbeat {
-                super::node_lease::renew_all(&client, &watches.nodes.state()).await;
-                next_heartbeat = Instant::now() + super::node_lease::RENEW_INTERVAL;
-            }
             while let Ok(f) = faults.try_recv() {
                 core.refuse(&f.node, &f.reason, &f.message, f.count);
             }

@@ -150,7 +150,11 @@ async fn run_once(scenario: &Scenario, settle_timeout: Duration, out: Out) -> an
     say(format!("API emulator listening on {}", emulator.url()));
     // The operator's defaults, as it ships: no shortened resync.
     let config = OperatorConfig::in_process();
-    let operator = operator::start(client.clone(), config).await?;
+    // As the chart's pod runs it: under its ServiceAccount (the FlowSchemas match that).
+    let (namespace, account) = crate::chart_objects::operator_service_account();
+    let operator_client =
+        kube::Client::try_from(emulator.service_account_config(&namespace, &account))?;
+    let operator = operator::start(operator_client, config).await?;
     say(format!(
         "operator started (metrics on http://{}/metrics)",
         operator.metrics_addr

@@ -222,6 +222,15 @@ impl Drop for Env {
     }
 }
 
+/// Namespace and name of the leader Lease of the operator the chart installs (its pod's
+/// namespace, `--lease-name`); in-process operators keep it there too.
+pub fn operator_lease() -> (String, String) {
+    (
+        slice_sim::operator_service_account().0,
+        shipped_config().lease_name,
+    )
+}
+
 /// Start in-process operator number `i` against the emulator, configured as the chart does.
 async fn start_operator(emulator: &Emulator, i: usize, options: &EnvOptions) -> OperatorHandle {
     let mut config = chart_config();
@@ -231,7 +240,11 @@ async fn start_operator(emulator: &Emulator, i: usize, options: &EnvOptions) -> 
     static STARTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let start = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     config.identity = Some(format!("operator-{i}-{start}"));
-    let mut kube_config = emulator.config();
+    // As the chart's pod runs it: under its ServiceAccount (the FlowSchemas match that), its
+    // Lease in its own namespace (`POD_NAMESPACE`).
+    let (namespace, account) = slice_sim::operator_service_account();
+    config.lease_namespace.get_or_insert(namespace.clone());
+    let mut kube_config = emulator.service_account_config(&namespace, &account);
     if let Some(timeout) = options.read_timeout {
         kube_config.read_timeout = Some(timeout);
     }
@@ -395,6 +408,14 @@ impl Env {
             || async { api.get_opt("default").await.ok().flatten().map(|_| ()) },
         )
         .await;
+    }
+
+    /// The client configuration of this Env's cluster (the admin's).
+    pub async fn cluster_config(&self) -> kube::Config {
+        match &self.emulator {
+            Some(emulator) => emulator.config(),
+            None => external_config().await,
+        }
     }
 
     /// Node pools and the fake kubelet (limited to this Env's namespace and nodes).
@@ -749,7 +770,9 @@ impl Env {
         config.namespace = Some(namespace.to_string());
         config.lease_namespace = Some(namespace.to_string());
         config.identity = Some(format!("operator-{namespace}"));
-        let client = Client::try_from(emulator.config()).expect("client");
+        let (sa_namespace, account) = slice_sim::operator_service_account();
+        let client = Client::try_from(emulator.service_account_config(&sa_namespace, &account))
+            .expect("client");
         let op = operator::start(client, config)
             .await
             .expect("operator starts");

@@ -4,6 +4,7 @@
 //! installed by the chart (`make e2e`, `make e2e-kind`).
 
 mod admission;
+mod busy_server;
 mod harness;
 mod lifecycle;
 mod lifecycle_edits;

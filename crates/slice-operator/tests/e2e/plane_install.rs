@@ -107,8 +107,14 @@ pub async fn install_chart_objects(
 
 /// A token of the operator's ServiceAccount (TokenRequest), as its pod would mount.
 pub async fn service_account_token(client: &Client, d: &Deployment) -> Result<String, String> {
+    token_of(client, &d.namespace, &d.service_account).await
+}
+
+/// A token of the ServiceAccount `namespace/account` (TokenRequest), as a pod would mount;
+/// retried while the ServiceAccount is still being created.
+pub async fn token_of(client: &Client, namespace: &str, account: &str) -> Result<String, String> {
     let api: Api<k8s_openapi::api::core::v1::ServiceAccount> =
-        Api::namespaced(client.clone(), &d.namespace);
+        Api::namespaced(client.clone(), namespace);
     let request: k8s_openapi::api::authentication::v1::TokenRequest =
         serde_json::from_value(serde_json::json!({
             "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
@@ -120,7 +126,7 @@ pub async fn service_account_token(client: &Client, d: &Deployment) -> Result<St
         match api
             .create_subresource::<_, k8s_openapi::api::authentication::v1::TokenRequest>(
                 "token",
-                &d.service_account,
+                account,
                 &PostParams::default(),
                 &request,
             )
@@ -131,7 +137,7 @@ pub async fn service_account_token(client: &Client, d: &Deployment) -> Result<St
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    Err(format!("a token for {}: {last}", d.service_account))
+    Err(format!("a token for {namespace}/{account}: {last}"))
 }
 
 /// The chart's leader-election Role and its RoleBinding, moved to `namespace`: what a

@@ -119,14 +119,12 @@ async fn restart_and_fail_over_processes(plane: &harness::control_plane::Control
     env.stop().await;
 }
 
-/// The operator holding the leader Lease, as the API server has it (the in-process
-/// operators keep the Lease where a pod without `POD_NAMESPACE` would: `default`).
+/// The operator holding the leader Lease, as the API server has it.
 async fn env_leader(env: &Env) -> Option<usize> {
-    let config = harness::chart_config();
-    let namespace = config.lease_namespace.as_deref().unwrap_or("default");
+    let (namespace, name) = harness::operator_lease();
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
-        Api::namespaced(env.client.clone(), namespace);
-    let lease = leases.get_opt(&config.lease_name).await.ok()??;
+        Api::namespaced(env.client.clone(), &namespace);
+    let lease = leases.get_opt(&name).await.ok()??;
     let holder = lease.spec?.holder_identity?;
     env.operators
         .iter()
