@@ -2,8 +2,10 @@
 
 mod crd;
 pub mod naming;
+pub mod quantity;
 mod spec;
 mod status;
+pub mod template;
 pub mod validate;
 
 pub use crd::crd;

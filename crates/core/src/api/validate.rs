@@ -134,6 +134,10 @@ pub fn resolve(tc: &TrainCluster) -> Result<Vec<ResolvedGroup<'_>>, Vec<FieldErr
                 message: "the pod template needs at least one container".into(),
             });
         }
+        errors.extend(super::template::check(
+            &group.template,
+            &format!("{at}.template"),
+        ));
         match (&group.tpu, group.hosts_per_group) {
             (Some(tpu), None) => {
                 let requested = match tpu_request(&group.template) {
@@ -207,6 +211,21 @@ pub fn resolve(tc: &TrainCluster) -> Result<Vec<ResolvedGroup<'_>>, Vec<FieldErr
                     .into(),
             }),
         }
+    }
+    if let Some(head) = &spec.head {
+        let at = "spec.head.template";
+        if head
+            .template
+            .spec
+            .as_ref()
+            .is_none_or(|s| s.containers.is_empty())
+        {
+            errors.push(FieldError {
+                field: format!("{at}.spec.containers"),
+                message: "the pod template needs at least one container".into(),
+            });
+        }
+        errors.extend(super::template::check(&head.template, at));
     }
     if spec.success_policy == super::SuccessPolicy::Head && spec.head.is_none() {
         errors.push(FieldError {
