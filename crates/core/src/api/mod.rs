@@ -1,6 +1,7 @@
 //! The `TrainCluster` custom resource (`slices.dev/v1alpha1`).
 
 mod crd;
+mod field_error;
 pub mod naming;
 pub mod quantity;
 mod spec;

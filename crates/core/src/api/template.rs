@@ -9,8 +9,8 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::{Container, PodTemplateSpec, ResourceRequirements};
 
+use super::field_error::FieldError;
 use super::quantity;
-use super::validate::FieldError;
 
 const DNS_LABEL: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
 const ENV_NAME: &str = "a valid environment variable name must consist only of printable ASCII characters other than '='";

@@ -5,7 +5,8 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use super::{Errs, quantity};
+use super::errs::Errs;
+use super::quantity;
 
 pub(super) fn common(c: &Value, at: &str, volumes: &BTreeSet<String>, errs: &mut Errs) {
     let name = c["name"].as_str().unwrap_or_default();

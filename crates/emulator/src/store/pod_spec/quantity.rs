@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::Errs;
+use super::errs::Errs;
 
 const FORMAT: &str =
     "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'";
@@ -110,10 +110,10 @@ fn canonical(nanos: i128, binary: bool) -> String {
     }
     let sign = if nanos < 0 { "-" } else { "" };
     let n = nanos.unsigned_abs();
-    if binary && n % 1_000_000_000 == 0 {
+    if binary && n.is_multiple_of(1_000_000_000) {
         let mut whole = n / 1_000_000_000;
         let mut suffix = 0;
-        while whole % 1024 == 0 && suffix < 6 {
+        while whole.is_multiple_of(1024) && suffix < 6 {
             whole /= 1024;
             suffix += 1;
         }
