@@ -44,6 +44,12 @@ pub fn is_code(e: &kube::Error, code: u16) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == code)
 }
 
+/// The API server found the object invalid as it is (422 Invalid, or 400 when it could not
+/// decode it, as for an unparseable quantity): only a change of the object helps.
+pub fn is_invalid(e: &kube::Error) -> bool {
+    is_code(e, 422) || is_code(e, 400)
+}
+
 /// The API server's message when it refused an object as it is: a 4xx other than a conflict
 /// (409, news about names) or throttling (429). Sending it again cannot help.
 pub fn rejection(e: &kube::Error) -> Option<String> {

@@ -26,9 +26,12 @@ pub enum Error {
         /// The API server's message when it rejected the pods as they are (4xx other than
         /// conflict and throttling): retrying the same pods cannot help.
         rejected: Option<String>,
+        /// The rejection says the pods are invalid as they are (422, or 400: it cannot
+        /// decode them): the spec must change.
+        invalid: bool,
     },
     #[error("the API server rejected the head pod: {0}")]
-    HeadRejected(String),
+    HeadRejected(String, bool),
     #[error("lost the leader lease {0}; stopping so a new leader can take over")]
     LeadershipLost(String),
     #[error("{0} did not answer in time")]
@@ -54,7 +57,7 @@ impl Error {
             Error::Serialize { .. } => "serialize",
             Error::MissingNamespace(_) => "missing_namespace",
             Error::PartialGroup { .. } => "partial_group",
-            Error::HeadRejected(_) => "head_rejected",
+            Error::HeadRejected(..) => "head_rejected",
             Error::LeadershipLost(_) => "leadership_lost",
             Error::Timeout(_) => "timeout",
             Error::Config(_) => "config",
@@ -68,6 +71,22 @@ impl Error {
     /// True when the rejected pods were a hot spare's placeholders.
     pub fn spare_rejected(&self) -> bool {
         matches!(self, Error::PartialGroup { spare: true, .. })
+    }
+
+    /// A rejection of pods the spec made invalid (not a quota, webhook or permission):
+    /// trying again before the spec changes cannot help. A spare's placeholders are the
+    /// operator's own, not the spec's, so they are not.
+    pub fn spec_refused(&self) -> bool {
+        match self {
+            Error::PartialGroup {
+                invalid,
+                spare,
+                rejected: Some(_),
+                ..
+            } => *invalid && !spare,
+            Error::HeadRejected(_, invalid) => *invalid,
+            _ => false,
+        }
     }
 
     /// What the API server rejected and its message, if this is such a rejection.
@@ -89,7 +108,7 @@ impl Error {
                 },
                 message,
             )),
-            Error::HeadRejected(message) => Some(("the head pod".to_string(), message)),
+            Error::HeadRejected(message, _) => Some(("the head pod".to_string(), message)),
             _ => None,
         }
     }

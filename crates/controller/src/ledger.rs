@@ -10,6 +10,7 @@ use std::time::Instant;
 use slice_core::api::{TrainCluster, TrainClusterStatus};
 use slice_core::lean::LeanPod;
 use slice_core::planner::Plan;
+use slice_core::planner::creates::RetryClock;
 
 use crate::event_budget::EventBudget;
 use crate::freshness::{Freshness, Outstanding};
@@ -35,6 +36,9 @@ struct Entry {
     holds_names: Option<bool>,
     /// Events this cluster may still emit.
     events: Option<EventBudget>,
+    /// The wait after a create refused again for the same reason: not written (the status
+    /// would say nothing new), only remembered; the next status write carries it.
+    retry: Option<RetryClock>,
 }
 
 /// A cluster the ledger has let go of.
@@ -113,7 +117,13 @@ impl Ledger {
     ) -> Option<TrainClusterStatus> {
         let mut all = self.entries();
         match all.get_mut(uid) {
-            Some(e) => e.outstanding.status_for_planning(cached),
+            Some(e) => {
+                let mut status = e.outstanding.status_for_planning(cached);
+                if let (Some(clock), Some(status)) = (&e.retry, status.as_mut()) {
+                    clock.set(status);
+                }
+                status
+            }
             None => cached.cloned(),
         }
     }
@@ -185,9 +195,18 @@ impl Ledger {
 
     // --- applied -----------------------------------------------------------------------
 
-    /// The server accepted this status.
+    /// The server accepted this status (which carries the latest retry wait, if any).
     pub fn status_written(&self, uid: &str, status: TrainClusterStatus) {
-        self.entry(uid, |e| e.outstanding.wrote_status(status));
+        self.entry(uid, |e| {
+            e.retry = None;
+            e.outstanding.wrote_status(status)
+        });
+    }
+
+    /// A create was refused again for the same reason: the next try waits as `clock` says,
+    /// without a status write.
+    pub fn retry_deferred(&self, uid: &str, clock: RetryClock) {
+        self.entry(uid, |e| e.retry = Some(clock));
     }
 
     /// A status write failed in a way that may or may not have applied it.

@@ -34,6 +34,7 @@ pub struct Metrics {
     pub reconcile_errors: Family<ErrorLabels, Counter>,
     pub reconcile_duration: Histogram,
     pub groups_created: Counter,
+    pub creates_refused: Counter,
     pub groups_deleted: Family<ReasonLabels, Counter>,
     pub desired_slices: Family<ClusterLabels, Gauge>,
     pub ready_slices: Family<ClusterLabels, Gauge>,
@@ -51,6 +52,7 @@ impl Default for Metrics {
         let reconcile_errors = Family::<ErrorLabels, Counter>::default();
         let reconcile_duration = Histogram::new(exponential_buckets(0.001, 2.0, 16));
         let groups_created = Counter::default();
+        let creates_refused = Counter::default();
         let groups_deleted = Family::<ReasonLabels, Counter>::default();
         let desired_slices = Family::<ClusterLabels, Gauge>::default();
         let ready_slices = Family::<ClusterLabels, Gauge>::default();
@@ -77,6 +79,11 @@ impl Default for Metrics {
             "groups_created",
             "Replica groups created",
             groups_created.clone(),
+        );
+        registry.register(
+            "creates_refused",
+            "Pod creates the API server refused (each try)",
+            creates_refused.clone(),
         );
         registry.register(
             "groups_deleted",
@@ -118,6 +125,7 @@ impl Default for Metrics {
             reconcile_errors,
             reconcile_duration,
             groups_created,
+            creates_refused,
             groups_deleted,
             desired_slices,
             ready_slices,

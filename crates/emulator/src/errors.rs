@@ -114,7 +114,12 @@ impl ApiError {
         d["causes"] = Value::Array(
             causes
                 .iter()
-                .map(|(field, msg)| json!({"reason": "FieldValueInvalid", "message": msg, "field": field}))
+                .map(|(field, msg)| {
+                    // As `NewInvalid` builds them: the error's type, and its body without the
+                    // field (which is a cause of its own).
+                    let body = msg.strip_prefix(&format!("{field}: ")).unwrap_or(msg);
+                    json!({"reason": cause_reason(body), "message": body, "field": field})
+                })
                 .collect(),
         );
         let mut e = Self::new(
@@ -176,6 +181,22 @@ impl ApiError {
         }
         s
     }
+}
+
+/// The `field.ErrorType` of a field error, from the way its body begins.
+fn cause_reason(body: &str) -> &'static str {
+    [
+        ("Required value", "FieldValueRequired"),
+        ("Duplicate value", "FieldValueDuplicate"),
+        ("Not found", "FieldValueNotFound"),
+        ("Unsupported value", "FieldValueNotSupported"),
+        ("Forbidden", "FieldValueForbidden"),
+        ("Too long", "FieldValueTooLong"),
+        ("Too many", "FieldValueTooMany"),
+    ]
+    .into_iter()
+    .find(|(start, _)| body.starts_with(start))
+    .map_or("FieldValueInvalid", |(_, reason)| reason)
 }
 
 impl std::fmt::Display for ApiError {

@@ -192,3 +192,62 @@ async fn pod_binding_and_status_subresources() {
     assert!(n.metadata.namespace.is_none());
     assert!(n.status.unwrap().capacity.is_some());
 }
+
+/// A pod the API server refuses, as a client sees it: 422 Invalid with the server's message
+/// (every field error, in brackets when there are several) and one cause per error, each with
+/// its type, its field and the body of its message; an unparseable quantity is a 400.
+#[tokio::test]
+async fn an_invalid_pod_is_refused_with_the_servers_status() {
+    let emu = emu().await;
+    let pods: Api<Pod> = Api::namespaced(emu.client(), "default");
+    let bad: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "x"},
+        "spec": {"containers": [{"name": "a-", "env": [{"name": "A=B"}]}]},
+    }))
+    .unwrap();
+    let kube::Error::Api(s) = pods.create(&PostParams::default(), &bad).await.unwrap_err() else {
+        panic!("an API error")
+    };
+    assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        s.message,
+        "Pod \"x\" is invalid: [spec.containers[0].name: Invalid value: \"a-\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?'), spec.containers[0].image: Required value, spec.containers[0].env[0].name: Invalid value: \"A=B\": a valid environment variable name must consist only of printable ASCII characters other than '=']"
+    );
+    let causes = &s.details.as_ref().expect("details").causes;
+    assert_eq!(causes.len(), 3);
+    assert_eq!(
+        (
+            causes[1].reason.as_str(),
+            causes[1].field.as_str(),
+            causes[1].message.as_str()
+        ),
+        (
+            "FieldValueRequired",
+            "spec.containers[0].image",
+            "Required value"
+        )
+    );
+    assert_eq!(causes[0].reason, "FieldValueInvalid");
+    assert!(causes[0].message.starts_with("Invalid value: \"a-\": "));
+
+    let unparseable: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "y"},
+        "spec": {"containers": [{"name": "main", "image": "x",
+            "resources": {"limits": {"cpu": "lots"}}}]},
+    }))
+    .unwrap();
+    let kube::Error::Api(s) = pods
+        .create(&PostParams::default(), &unparseable)
+        .await
+        .unwrap_err()
+    else {
+        panic!("an API error")
+    };
+    assert_eq!((s.code, s.reason.as_str()), (400, "BadRequest"));
+    assert!(
+        s.message
+            .starts_with("Pod in version \"v1\" cannot be handled as a Pod: quantities must match"),
+        "{}",
+        s.message
+    );
+}

@@ -104,14 +104,32 @@ async fn after_pods(
     match acted {
         Err(e) if e.rejection().is_some() => {
             let (what, message) = e.rejection().expect("checked");
-            warn!(%what, %message, "the API server rejected a create");
+            warn!(%what, %message, invalid = e.spec_refused(), "the API server rejected a create");
+            ctx.metrics.creates_refused.inc();
+            let now = jiff::Timestamp::now();
+            let generation = tc.metadata.generation;
+            if e.spec_refused() {
+                // Invalid as it is: reported once, not tried again before the spec changes.
+                let (status, event) =
+                    planner::refused::record(&plan.status, &what, message, generation, now);
+                if status != plan.status {
+                    write_memory(ctx, api, tc, &status).await?;
+                }
+                let event: Vec<_> = event.into_iter().collect();
+                events::publish(&ctx.recorder, &ctx.ledger, reference, &event).await;
+                return Ok(None);
+            }
             let record = match e.spare_rejected() {
                 true => creates::record_spare_rejection,
                 false => creates::record_rejection,
             };
-            let now = jiff::Timestamp::now();
-            let (status, event) = record(&plan.status, &what, message, tc.metadata.generation, now);
-            write_memory(ctx, api, tc, &status).await?;
+            let (status, event) = record(&plan.status, &what, message, generation, now);
+            // Refused again for the same reason: only the wait grows, kept in memory; the
+            // status is written when the reason (its message) changes.
+            match creates::retry_clock(&plan.status, &status) {
+                Some(clock) => ctx.ledger.retry_deferred(uid_of(tc), clock),
+                None => write_memory(ctx, api, tc, &status).await?,
+            }
             let event: Vec<_> = event.into_iter().collect();
             events::publish(&ctx.recorder, &ctx.ledger, reference, &event).await;
             let retry = creates::retry_at(&status, now)
@@ -127,6 +145,10 @@ async fn after_pods(
         }
         Ok(()) => Ok(None),
     }
+}
+
+fn uid_of(tc: &TrainCluster) -> &str {
+    tc.metadata.uid.as_deref().unwrap_or_default()
 }
 
 /// The event of a Service the executor could not mend.

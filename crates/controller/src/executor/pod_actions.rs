@@ -127,7 +127,7 @@ async fn create_head(
         Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(e) => {
             return Err(match rejection(&e) {
-                Some(message) => Error::HeadRejected(message),
+                Some(message) => Error::HeadRejected(message, crate::api_call::is_invalid(&e)),
                 None => e.into(),
             });
         }

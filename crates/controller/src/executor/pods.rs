@@ -127,6 +127,7 @@ pub async fn create_group(api: &Api<Pod>, group: &GroupCreate, limit: &CallLimit
         created: rollback.pods.len(),
         total,
         rejected: rejection(&cause),
+        invalid: crate::api_call::is_invalid(&cause),
         cause: cause.to_string(),
     })
 }

@@ -1,9 +1,12 @@
 //! The `TrainCluster` custom resource (`slices.dev/v1alpha1`).
 
 mod crd;
+mod field_error;
 pub mod naming;
+pub mod quantity;
 mod spec;
 mod status;
+pub mod template;
 pub mod validate;
 
 pub use crd::crd;

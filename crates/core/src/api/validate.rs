@@ -2,7 +2,6 @@
 //! into the shapes the planner works with. Each error names the field and the fix.
 
 use std::collections::BTreeSet;
-use std::fmt;
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 
@@ -10,18 +9,7 @@ use super::{TrainCluster, WorkerGroupSpec};
 use crate::constants::{MAX_CLUSTER_PLUS_GROUP_NAME, TPU_RESOURCE};
 use crate::tpu::SliceShape;
 
-/// One problem with a spec: the field path and what to do about it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FieldError {
-    pub field: String,
-    pub message: String,
-}
-
-impl fmt::Display for FieldError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.field, self.message)
-    }
-}
+pub use super::field_error::FieldError;
 
 /// A worker group whose slice shape and host count are known.
 #[derive(Clone, Debug)]
@@ -134,6 +122,10 @@ pub fn resolve(tc: &TrainCluster) -> Result<Vec<ResolvedGroup<'_>>, Vec<FieldErr
                 message: "the pod template needs at least one container".into(),
             });
         }
+        errors.extend(super::template::check(
+            &group.template,
+            &format!("{at}.template"),
+        ));
         match (&group.tpu, group.hosts_per_group) {
             (Some(tpu), None) => {
                 let requested = match tpu_request(&group.template) {
@@ -207,6 +199,21 @@ pub fn resolve(tc: &TrainCluster) -> Result<Vec<ResolvedGroup<'_>>, Vec<FieldErr
                     .into(),
             }),
         }
+    }
+    if let Some(head) = &spec.head {
+        let at = "spec.head.template";
+        if head
+            .template
+            .spec
+            .as_ref()
+            .is_none_or(|s| s.containers.is_empty())
+        {
+            errors.push(FieldError {
+                field: format!("{at}.spec.containers"),
+                message: "the pod template needs at least one container".into(),
+            });
+        }
+        errors.extend(super::template::check(&head.template, at));
     }
     if spec.success_policy == super::SuccessPolicy::Head && spec.head.is_none() {
         errors.push(FieldError {

@@ -14,7 +14,7 @@ use super::state::Planner;
 use super::status::set_condition;
 use super::text::truncate;
 use super::types::{EventAfter, EventType, GroupCreate, Plan, PlanInput, PlannedEvent};
-use super::{DeleteReason, avoid, budget, completion, creates, head, rejections, render};
+use super::{DeleteReason, avoid, budget, completion, creates, head, refused, rejections, render};
 use crate::api::validate::{self, FieldError, ResolvedGroup};
 use crate::api::{GroupStatus, Phase, TrainCluster, TrainClusterStatus};
 use crate::constants::ROLE_HEAD;
@@ -36,11 +36,19 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         .filter(|f| f.cluster == cluster && is_controlled_by(f.pod, uid))
         .collect();
     if !input.conflicts.is_empty() {
-        let reason = "NameConflict";
-        return invalid_plan(tc, &previous, input.conflicts, reason, service, input.now);
+        let (reason, message) = ("NameConflict", joined(input.conflicts));
+        return invalid_plan(tc, &previous, &message, reason, service, input.now);
+    }
+    // A pod of this generation the API server refused as invalid: reported, not retried.
+    if let Some(message) = refused::this_generation(&previous, tc.metadata.generation) {
+        let message = message.to_string();
+        return invalid_plan(tc, &previous, &message, refused::REASON, service, input.now);
     }
     match validate::resolve(tc) {
-        Err(errors) => invalid_plan(tc, &previous, &errors, "InvalidSpec", service, input.now),
+        Err(errors) => {
+            let message = joined(&errors);
+            invalid_plan(tc, &previous, &message, "InvalidSpec", service, input.now)
+        }
         Ok(groups) => start(
             tc,
             &previous,
@@ -58,20 +66,23 @@ fn is_controlled_by(pod: &LeanPod, uid: Option<&str>) -> bool {
     uid.is_some_and(|uid| crate::owner::is_controlled_by(&pod.metadata, uid))
 }
 
+fn joined(errors: &[FieldError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// An invalid spec only reports itself (once per change of message).
 fn invalid_plan(
     tc: &TrainCluster,
     previous: &TrainClusterStatus,
-    errors: &[FieldError],
+    message: &str,
     reason: &'static str,
     service: Service,
     now: Timestamp,
 ) -> Plan {
-    let message = errors
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ");
     let mut plan = Plan::empty(service);
     plan.status = previous.clone();
     // Nothing is created until the spec is fixed: no slice is kept from others meanwhile.
@@ -83,7 +94,7 @@ fn invalid_plan(
         crate::api::CONDITION_VALID,
         false,
         reason,
-        &message,
+        message,
         tc.metadata.generation,
         now,
     );
@@ -91,7 +102,7 @@ fn invalid_plan(
         plan.events.push(PlannedEvent {
             type_: EventType::Warning,
             reason,
-            note: truncate(&message, 1000),
+            note: truncate(message, 1000),
             after: None,
         });
     }

@@ -104,9 +104,12 @@ fn record(
         true => "install the chart's PriorityClass (see docs/spares.md) or set slices.spares to 0",
         false => "fix the template in the TrainCluster spec",
     };
+    // The same words at every try: a retry refused for the same reason rewrites nothing
+    // (the executor keeps the growing wait in memory, see `retry_clock`).
     let text = format!(
-        "the API server rejected {what}: {message}; {fix} (retrying in {}s)",
-        wait.as_secs()
+        "the API server rejected {what}: {message}; {fix} (tried again {}s after the first refusal, then at waits doubling up to {}s)",
+        REJECTED_CREATE_BACKOFF.as_secs(),
+        REJECTED_CREATE_MAX_BACKOFF.as_secs()
     );
     let news = rejection_message(status).map(stem) != Some(stem(&text));
     set_condition(
@@ -142,6 +145,39 @@ fn rejection(status: &TrainClusterStatus) -> Option<&Condition> {
 /// The message without its retry time, which changes with every try.
 fn stem(message: &str) -> &str {
     message.split(" (retrying in ").next().unwrap_or(message)
+}
+
+/// The fields a retry refused for the same reason changes, and nothing else: how many
+/// refusals in a row, and until when creates wait.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RetryClock {
+    pub create_failures: u32,
+    pub create_retry_after: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    pub spare_retry_after: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+}
+
+/// `next`'s retry clock, when it differs from `status` in nothing else: the status need not
+/// be written again, only the wait remembered.
+pub fn retry_clock(status: &TrainClusterStatus, next: &TrainClusterStatus) -> Option<RetryClock> {
+    let clock = RetryClock {
+        create_failures: next.create_failures,
+        create_retry_after: next.create_retry_after.clone(),
+        spare_retry_after: next.spare_retry_after.clone(),
+    };
+    let mut same = status.clone();
+    clock.set(&mut same);
+    (same == *next).then_some(clock)
+}
+
+impl RetryClock {
+    /// `status` with this clock, when it is further along than the status's own.
+    pub fn set(&self, status: &mut TrainClusterStatus) {
+        if self.create_failures >= status.create_failures {
+            status.create_failures = self.create_failures;
+            status.create_retry_after = self.create_retry_after.clone();
+            status.spare_retry_after = self.spare_retry_after.clone();
+        }
+    }
 }
 
 /// The status after a create went through: no rejection, no wait. None if nothing changes.

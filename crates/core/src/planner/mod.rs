@@ -41,6 +41,7 @@ pub mod observe;
 mod place;
 pub mod policy;
 pub mod reason;
+pub mod refused;
 mod rejections;
 pub mod render;
 mod retire;

@@ -93,6 +93,9 @@ impl Store {
             ));
         }
         if info.group.is_empty() && info.kind == "Pod" {
+            if let Some(message) = super::pod_spec::decode_problem(&obj) {
+                return Err(ApiError::bad_request(message));
+            }
             let causes = super::pod_spec::problems(&obj);
             if !causes.is_empty() {
                 return Err(ApiError::invalid(&info.kind, &info.group, &name, causes));
