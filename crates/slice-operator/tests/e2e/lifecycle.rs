@@ -146,14 +146,16 @@ async fn a_head_that_exits_0_ends_the_run_and_its_failures_back_off() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rejected_template_is_reported_backed_off_and_runs_once_fixed() {
     let env = env_with("rejected", 1).await;
+    // A template no check of the operator's can fault: the API server's Priority admission
+    // refuses it (403) while the class it names does not exist.
     let mut tc = env.train_cluster("bad", Membership::Independent, 1, 1);
+    let class = "batch-high-missing";
     tc.spec.worker_groups[0]
         .template
         .spec
         .as_mut()
         .unwrap()
-        .containers[0]
-        .image = None;
+        .priority_class_name = Some(class.into());
     env.create(&tc).await;
     let condition = env
         .wait_for(
@@ -172,8 +174,8 @@ async fn a_rejected_template_is_reported_backed_off_and_runs_once_fixed() {
     assert!(
         condition
             .message
-            .contains("spec.containers[0].image: Required value"),
-        "the server's message names the field: {}",
+            .contains(&format!("no PriorityClass with name {class} was found")),
+        "the server's message: {}",
         condition.message
     );
     // Retries wait: over 6 s at most one more try (10 s backoff, then 20 s). Tries are the
@@ -211,7 +213,7 @@ async fn a_rejected_template_is_reported_backed_off_and_runs_once_fixed() {
     // The fix is tried at once and clears the condition.
     let patch = json!({"spec": {"workerGroups": [serde_json::to_value(&{
         let mut g = tc.spec.worker_groups[0].clone();
-        g.template.spec.as_mut().unwrap().containers[0].image = Some("python:3.11".into());
+        g.template.spec.as_mut().unwrap().priority_class_name = None;
         g
     }).unwrap()]}});
     env.tcs()
@@ -228,6 +230,55 @@ async fn a_rejected_template_is_reported_backed_off_and_runs_once_fixed() {
     );
     assert_eq!(status.restarts, 0);
     env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_the_api_server_would_refuse_is_invalid_before_any_pod_is_created() {
+    let env = env_with("invalid-template", 1).await;
+    let mut tc = env.train_cluster("noimage", Membership::Independent, 1, 1);
+    tc.spec.worker_groups[0]
+        .template
+        .spec
+        .as_mut()
+        .unwrap()
+        .containers[0]
+        .image = None;
+    env.create(&tc).await;
+    let tc = env.wait_phase("noimage", Phase::Invalid).await;
+    let status = tc.status.unwrap();
+    let valid = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == slice_core::api::CONDITION_VALID)
+        .expect("a SpecValid condition");
+    assert_eq!(valid.status, "False");
+    assert!(
+        valid
+            .message
+            .contains("spec.workerGroups[0].template.spec.containers[0].image"),
+        "names the TrainCluster's field: {}",
+        valid.message
+    );
+    assert!(
+        env.worker_pods("noimage").await.is_empty(),
+        "nothing created"
+    );
+    assert_eq!(status.create_failures, 0, "no create was tried");
+    let patch = json!({"spec": {"workerGroups": [serde_json::to_value(&{
+        let mut g = tc_spec_group(&env, "noimage").await;
+        g.template.spec.as_mut().unwrap().containers[0].image = Some("python:3.11".into());
+        g
+    }).unwrap()]}});
+    env.tcs()
+        .patch("noimage", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    env.wait_running("noimage", 1, 4).await;
+    env.stop().await;
+}
+
+async fn tc_spec_group(env: &super::harness::Env, name: &str) -> slice_core::api::WorkerGroupSpec {
+    env.tcs().get(name).await.unwrap().spec.worker_groups[0].clone()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
