@@ -36,6 +36,9 @@ pub enum Error {
     LeadershipLost(String),
     #[error("{0} did not answer in time")]
     Timeout(&'static str),
+    /// Our own leader Lease was written by someone between our read and our write.
+    #[error("the leader lease {0} changed while it was being renewed")]
+    LeaseChanged(String),
     #[error("invalid configuration: {0}")]
     Config(String),
     /// The planner thread stopped, or a plan panicked (the inventory is rebuilt).
@@ -60,6 +63,7 @@ impl Error {
             Error::HeadRejected(..) => "head_rejected",
             Error::LeadershipLost(_) => "leadership_lost",
             Error::Timeout(_) => "timeout",
+            Error::LeaseChanged(_) => "conflict",
             Error::Config(_) => "config",
             Error::Planner(_) => "planner",
             Error::Io(_) => "io",

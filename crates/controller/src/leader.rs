@@ -86,7 +86,15 @@ impl LeaderElector {
     }
 
     async fn bounded<T>(&self, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
-        tokio::time::timeout(LEASE_CALL_TIMEOUT, call)
+        self.within(LEASE_CALL_TIMEOUT, call).await
+    }
+
+    async fn within<T>(
+        &self,
+        timeout: Duration,
+        call: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        tokio::time::timeout(timeout, call)
             .await
             .map_err(|_| Error::Timeout("leader lease call"))?
     }
@@ -94,6 +102,19 @@ impl LeaderElector {
     /// Take the lease if it is free, expired or already ours; renew it if ours.
     pub async fn try_acquire_or_renew(&self) -> Result<bool> {
         self.bounded(self.try_acquire_or_renew_unbounded()).await
+    }
+
+    /// One renewal attempt with `left` until the renew deadline: [`LEASE_CALL_TIMEOUT`],
+    /// or all of `left` when no further attempt would fit after this one.
+    async fn renew_within(&self, left: Duration) -> Result<bool> {
+        let another_fits = left >= LEASE_CALL_TIMEOUT * 2 + RETRY_PERIOD;
+        let timeout = if another_fits {
+            LEASE_CALL_TIMEOUT
+        } else {
+            left
+        };
+        self.within(timeout, self.try_acquire_or_renew_unbounded())
+            .await
     }
 
     async fn try_acquire_or_renew_unbounded(&self) -> Result<bool> {
@@ -131,11 +152,17 @@ impl LeaderElector {
         };
         lease.spec = Some(self.spec(acquired, now, transitions));
         // replace() carries the resourceVersion: a concurrent taker gets 409 and loses.
-        self.written(self.api.replace(&self.name, &self.params(), &lease).await)
+        match self.written(self.api.replace(&self.name, &self.params(), &lease).await) {
+            // Our own lease changed between read and write (a late write of ours, an
+            // admin's edit): no proof another holds it; the next attempt reads it again.
+            Ok(false) if ours => Err(Error::LeaseChanged(self.name.clone())),
+            result => result,
+        }
     }
 
     /// The fast path of a holder: PUT the lease as last written with a new renewTime. `None`
-    /// when there is no such lease or someone wrote it since (409): read it first then.
+    /// when there is no such lease or the PUT failed (someone wrote it since, it was
+    /// deleted, an error): the lease is read first then, as client-go does.
     async fn renew_as_last_written(&self) -> Result<Option<bool>> {
         let last = self.written.lock().expect("lease lock").clone();
         let Some(mut lease) = last else {
@@ -146,7 +173,11 @@ impl LeaderElector {
         match self.written(self.api.replace(&self.name, &self.params(), &lease).await) {
             Ok(true) => Ok(Some(true)),
             Ok(false) => Ok(None),
-            Err(e) => Err(e),
+            Err(e) => {
+                tracing::debug!(error = %e, "lease renewal as last written failed; reading it");
+                *self.written.lock().expect("lease lock") = None;
+                Ok(None)
+            }
         }
     }
 
@@ -201,11 +232,13 @@ impl LeaderElector {
         }
     }
 
-    /// Wait until this replica holds the lease.
-    pub async fn acquire(&self) -> Result<()> {
+    /// Wait until this replica holds the lease; returns when the winning attempt began (the
+    /// renewTime it wrote is no earlier), from which the renew deadline runs.
+    pub async fn acquire(&self) -> Result<tokio::time::Instant> {
         loop {
+            let attempt = tokio::time::Instant::now();
             match self.try_acquire_or_renew().await {
-                Ok(true) => return Ok(()),
+                Ok(true) => return Ok(attempt),
                 Ok(false) => {}
                 Err(e) => tracing::warn!(error = %e, "leader election attempt failed"),
             }
@@ -213,15 +246,16 @@ impl LeaderElector {
         }
     }
 
-    /// Keep renewing in the background until the lease is lost or [`HeldLease::release`].
-    pub fn keep_renewing(self) -> HeldLease {
+    /// Keep renewing in the background until the lease is lost or [`HeldLease::release`];
+    /// `renewed_at` is when the attempt that took or last renewed the lease began.
+    pub fn keep_renewing(self, renewed_at: tokio::time::Instant) -> HeldLease {
         let (tx, rx) = watch::channel(true);
         let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
         let elector = std::sync::Arc::new(self);
         let renewer = elector.clone();
         let task = tokio::spawn(async move {
             // The start of the last successful renewal: the renewTime it wrote is no later.
-            let mut renewed_at = tokio::time::Instant::now();
+            let mut renewed_at = renewed_at;
             let mut wait = renewer.renew_every();
             loop {
                 let deadline = renewed_at + renewer.renew_deadline();
@@ -230,8 +264,9 @@ impl LeaderElector {
                     _ = &mut stop_rx => return,
                 }
                 let attempt = tokio::time::Instant::now();
+                let left = deadline.saturating_duration_since(attempt);
                 tokio::select! {
-                    result = renewer.try_acquire_or_renew() => match result {
+                    result = renewer.renew_within(left) => match result {
                         Ok(true) => {
                             renewed_at = attempt;
                             wait = renewer.renew_every();

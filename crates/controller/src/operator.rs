@@ -114,12 +114,12 @@ pub async fn run(
     if config.leader_election {
         let elector = leader::LeaderElector::for_config(client.clone(), &config);
         tracing::info!(lease = %config.lease_name, identity = %config.identity(), "waiting for the leader lease");
-        tokio::select! {
+        let acquired_at = tokio::select! {
             acquired = elector.acquire() => acquired?,
             _ = stopped() => return Ok(()),
-        }
+        };
         tracing::info!("acquired the leader lease");
-        lease = Some(elector.keep_renewing());
+        lease = Some(elector.keep_renewing(acquired_at));
     }
     replica.set_leader(true);
 

@@ -85,7 +85,7 @@ async fn a_slow_api_server_is_not_a_lost_lease_renewals_are_tried_again_within_t
     let elector = LeaderElector::new(client, "ns", "lead", "me", 15);
     let deadline = elector.renew_deadline();
     assert!(elector.try_acquire_or_renew().await.unwrap(), "ours");
-    let held = elector.keep_renewing();
+    let held = elector.keep_renewing(tokio::time::Instant::now());
     // The next two renewals do not answer (a queue, a dead connection); the third does.
     *writes.lock().unwrap() = Writes::HangNext(2);
     tokio::time::sleep(deadline + Duration::from_secs(5)).await;
@@ -105,7 +105,7 @@ async fn a_renewal_is_one_put_of_the_lease_as_last_written() {
     let (client, seen) = api(lease("me", "2026-01-01T00:00:00.000000Z"), writes);
     let elector = LeaderElector::new(client, "ns", "lead", "me", 15);
     assert!(elector.try_acquire_or_renew().await.unwrap(), "ours");
-    let held = elector.keep_renewing();
+    let held = elector.keep_renewing(tokio::time::Instant::now());
     tokio::time::sleep(Duration::from_secs(30)).await;
     assert!(*held.held.borrow());
     let seen = seen.lock().unwrap();
@@ -123,7 +123,7 @@ async fn a_leader_whose_renewals_hang_steps_down_by_the_renew_deadline() {
         elector.try_acquire_or_renew().await.unwrap(),
         "ours: renewed"
     );
-    let mut held = elector.keep_renewing();
+    let mut held = elector.keep_renewing(tokio::time::Instant::now());
     // The first renewal (after 3 s) succeeds; from then on every call hangs.
     tokio::time::sleep(Duration::from_millis(3500)).await;
     *answer.lock().unwrap() = Writes::Hang;
@@ -161,4 +161,94 @@ async fn a_standby_waits_a_full_lease_from_its_own_observation_whatever_the_hold
         "a full lease later"
     );
     assert_eq!(seen.lock().unwrap().writes, 1);
+}
+
+fn status(code: u16) -> serde_json::Value {
+    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
+           "reason": if code == 409 { "Conflict" } else { "NotFound" }, "message": "scripted"})
+}
+
+/// A scripted lease API: `answer(method, n)` is the status and body of the `n`-th request
+/// with that method (from 0). Returns the methods received, in order.
+fn scripted(
+    answer: impl Fn(&str, usize) -> (u16, serde_json::Value) + Send + 'static,
+) -> (Client, Arc<Mutex<Vec<String>>>) {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+    let log = seen.clone();
+    tokio::spawn(async move {
+        while let Some((request, respond)) = handle.next_request().await {
+            let method = request.method().to_string();
+            let n = {
+                let mut log = log.lock().unwrap();
+                let n = log.iter().filter(|m| **m == method).count();
+                log.push(method.clone());
+                n
+            };
+            let (code, body) = answer(&method, n);
+            let response = Response::builder()
+                .status(code)
+                .header("content-type", "application/json")
+                .body(Body::from(serde_json::to_vec(&body).unwrap()))
+                .unwrap();
+            respond.send_response(response);
+        }
+    });
+    (Client::new(service, "ns"), seen)
+}
+
+const RENEWED: &str = "2026-01-01T00:00:00.000000Z";
+
+#[tokio::test(start_paused = true)]
+async fn a_conflict_on_renewal_reads_the_lease_and_steps_down_at_once_when_another_holds_it() {
+    let (client, seen) = scripted(|method, n| match (method, n) {
+        ("GET", 0) | ("PUT", 0) => (200, lease("me", RENEWED)),
+        ("PUT", _) => (409, status(409)),
+        _ => (200, lease("other", "2026-01-01T00:00:09.000000Z")),
+    });
+    let elector = LeaderElector::new(client, "ns", "lead", "me", 15);
+    let took = elector.acquire().await.unwrap();
+    let mut held = elector.keep_renewing(took);
+    held.lost().await;
+    let after = took.elapsed();
+    assert!(
+        after < Duration::from_secs(4),
+        "stepped down at the first renewal, not at the deadline: {after:?}"
+    );
+    assert_eq!(*seen.lock().unwrap(), ["GET", "PUT", "PUT", "GET"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_deleted_under_the_leader_is_created_again_before_the_deadline() {
+    let (client, seen) = scripted(|method, n| match (method, n) {
+        ("GET", 0) | ("PUT", 0) => (200, lease("me", RENEWED)),
+        ("PUT", 1) | ("GET", _) => (404, status(404)),
+        _ => (200, lease("me", RENEWED)),
+    });
+    let elector = LeaderElector::new(client, "ns", "lead", "me", 15);
+    let took = elector.acquire().await.unwrap();
+    let held = elector.keep_renewing(took);
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert!(*held.held.borrow(), "stepped down over a deleted lease");
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen[..5], ["GET", "PUT", "PUT", "GET", "POST"]);
+    assert!(
+        seen[5..].iter().all(|m| m == "PUT"),
+        "renewing again: {seen:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn our_own_lease_changing_between_read_and_write_is_tried_again_not_a_step_down() {
+    // The fast path and the first read-then-write both conflict (a late write of ours
+    // landed); the lease is still ours, and the next attempt renews it.
+    let (client, _) = scripted(|method, n| match (method, n) {
+        ("PUT", 1 | 2) => (409, status(409)),
+        _ => (200, lease("me", RENEWED)),
+    });
+    let elector = LeaderElector::new(client, "ns", "lead", "me", 15);
+    let took = elector.acquire().await.unwrap();
+    let held = elector.keep_renewing(took);
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert!(*held.held.borrow(), "stepped down over its own lease");
 }

@@ -101,6 +101,27 @@ async fn leadership(env: &Env) -> (String, String, i32) {
     )
 }
 
+/// Resolves when the leader steps down: the Lease record changes hands, the in-process
+/// leader stops leading (emulator), or an operator process exits (the suite's real plane).
+/// Looked at every 250 ms.
+async fn step_down(env: &Env, leader: &(String, String, i32)) -> String {
+    let processes = || harness::own_control_plane().map(|p| p.metrics_endpoints().len());
+    let running = processes();
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let now = leadership(env).await;
+        if now != *leader {
+            return format!("the Lease is now {now:?}, was {leader:?}");
+        }
+        if env.operators.iter().any(|o| !o.replica.is_leader()) {
+            return "the in-process operator no longer leads".into();
+        }
+        if processes() < running {
+            return "an operator process exited".into();
+        }
+    }
+}
+
 /// A client of the tenant's ServiceAccount, allowed to list the scenario's pods. On the
 /// emulator its priority level gets the small number of seats a small server would give it.
 async fn tenant_client(env: &Env) -> Client {
@@ -245,10 +266,17 @@ async fn under_another_tenants_pod_lists_the_leader_keeps_its_lease_and_restarts
         || async { (load.answered() >= 1).then_some(()) },
     )
     .await;
-    let (busy, _) = restart_time(&env, &epoch, "busy-workers-17-9").await;
-    // The load runs its full duration at least, the restart inside it; then the lease is
-    // looked at.
-    tokio::time::sleep_until(tokio::time::Instant::from_std(loaded_at + load_duration())).await;
+    // The pod fails under the load, which runs its full duration at least; a step-down at
+    // any moment of it fails the scenario.
+    let under_load = async {
+        let (busy, _) = restart_time(&env, &epoch, "busy-workers-17-9").await;
+        tokio::time::sleep_until(tokio::time::Instant::from_std(loaded_at + load_duration())).await;
+        busy
+    };
+    let busy = tokio::select! {
+        busy = under_load => busy,
+        why = step_down(&env, &leader) => panic!("the leader stepped down under the load: {why}"),
+    };
     let lists = load.stop();
     let after = leadership(&env).await;
     println!(
@@ -262,9 +290,15 @@ async fn under_another_tenants_pod_lists_the_leader_keeps_its_lease_and_restarts
         after, leader,
         "the leader kept its lease: no step-down, no new holder"
     );
+    // On the emulator the scenarios of the suite run side by side on the same cores: a few
+    // seconds of their noise are allowed beside the 2x.
+    let allowed = match env.emulator {
+        Some(_) => (quiet * 2).max(quiet + Duration::from_secs(5)),
+        None => quiet * 2,
+    };
     assert!(
-        busy <= quiet * 2,
-        "restart under load {busy:?} > 2 x {quiet:?} without"
+        busy <= allowed,
+        "restart under load {busy:?} > {allowed:?} ({quiet:?} without)"
     );
     let tc = env.tcs().get(NAME).await.unwrap();
     assert_eq!(tc.status.unwrap().restarts, 2, "two failures, two restarts");
