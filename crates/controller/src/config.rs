@@ -54,7 +54,9 @@ pub struct OperatorConfig {
     pub identity: Option<String>,
 
     /// Lease duration in seconds; a new leader may take over this long after the last renewal.
-    #[arg(long, env = "LEASE_DURATION_SECONDS", default_value_t = 15)]
+    /// At least 9: the renew deadline (2/3 of it) must hold several 2 s renewal attempts.
+    #[arg(long, env = "LEASE_DURATION_SECONDS", default_value_t = 15,
+          value_parser = clap::value_parser!(u32).range(9..))]
     pub lease_duration_seconds: u32,
 
     /// Pod, node and Service events for one TrainCluster within this window are merged into

@@ -44,6 +44,17 @@ fn bad_flag_values_are_rejected_with_the_flag_named() {
             .unwrap()
             .contains("--concurrency")
     );
+    // Too short a lease leaves no room to retry a slow renewal before the deadline.
+    let out = bin()
+        .args(["run", "--lease-duration-seconds", "5"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("--lease-duration-seconds") && err.contains("9.."),
+        "{err}"
+    );
 }
 
 #[test]

@@ -122,15 +122,15 @@ async fn step_down(env: &Env, leader: &(String, String, i32)) -> String {
     }
 }
 
-/// A client of the tenant's ServiceAccount, allowed to list the scenario's pods. On the
-/// emulator its priority level gets the small number of seats a small server would give it.
-async fn tenant_client(env: &Env) -> Client {
+/// A client configuration of the tenant's ServiceAccount, allowed to list the scenario's
+/// pods. On the emulator its priority level gets the few seats a small server would give it.
+async fn tenant_config(env: &Env) -> kube::Config {
     if let Some(emulator) = &env.emulator {
         let seat_time = Duration::from_secs(1);
         emulator
             .priority_levels()
             .limit("workload-low", 2, seat_time);
-        return Client::try_from(emulator.service_account_config(&env.namespace, TENANT)).unwrap();
+        return emulator.service_account_config(&env.namespace, TENANT);
     }
     let objects = [
         (
@@ -180,7 +180,7 @@ async fn tenant_client(env: &Env) -> Client {
         token: Some(token.into()),
         ..Default::default()
     };
-    Client::try_from(config).unwrap()
+    config
 }
 
 /// The tenant's load: [`LISTS_IN_FLIGHT`] full LISTs of the scenario's pods at all times,
@@ -189,22 +189,48 @@ struct Load {
     stop: Arc<AtomicBool>,
     answered: Arc<AtomicU64>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Ends the tenant's runtime (and its connections) when dropped.
+    _runtime: tokio::sync::oneshot::Sender<()>,
 }
 
 impl Load {
-    fn start(tenant: Client, namespace: &str) -> Load {
+    /// The LISTs run on a thread and runtime of their own: the tenant is another client, not
+    /// a load on the runtime of the fake kubelet beside it.
+    fn start(tenant: kube::Config, namespace: &str) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
         let answered = Arc::new(AtomicU64::new(0));
         let path = format!("/api/v1/namespaces/{namespace}/pods");
+        let (handle_tx, handle_rx) = std::sync::mpsc::channel();
+        let (end_tx, end_rx) = tokio::sync::oneshot::channel::<()>();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("the tenant's runtime");
+            // The client is made here, so its connections are served by this runtime.
+            let client = runtime.block_on(async { Client::try_from(tenant) });
+            let _ = handle_tx.send((runtime.handle().clone(), client));
+            runtime.block_on(async {
+                let _ = end_rx.await;
+            });
+        });
+        let (runtime, tenant) = handle_rx.recv().expect("the tenant's runtime starts");
+        let tenant = tenant.expect("the tenant's client");
         let tasks = (0..LISTS_IN_FLIGHT)
             .map(|_| {
                 let (tenant, stop, answered, path) =
                     (tenant.clone(), stop.clone(), answered.clone(), path.clone());
-                tokio::spawn(async move {
+                runtime.spawn(async move {
                     while !stop.load(Ordering::Relaxed) {
                         let request = http::Request::get(&path).body(Vec::new()).unwrap();
-                        // The body is read whole and not decoded: the server does the work.
-                        if tenant.request_text(request).await.is_ok() {
+                        // The body is read whole and dropped: the server does the work.
+                        let Ok(body) = tenant.request_stream(request).await else {
+                            continue;
+                        };
+                        if futures::io::copy(body, &mut futures::io::sink())
+                            .await
+                            .is_ok()
+                        {
                             answered.fetch_add(1, Ordering::Relaxed);
                         }
                     }
@@ -215,6 +241,7 @@ impl Load {
             stop,
             answered,
             tasks,
+            _runtime: end_tx,
         }
     }
 
@@ -257,7 +284,7 @@ async fn under_another_tenants_pod_lists_the_leader_keeps_its_lease_and_restarts
     let leader = leadership(&env).await;
     let (quiet, epoch) = restart_time(&env, &epoch, "busy-workers-5-3").await;
 
-    let load = Load::start(tenant_client(&env).await, &env.namespace);
+    let load = Load::start(tenant_config(&env).await, &env.namespace);
     let loaded_at = Instant::now();
     // The first answer shows the load is on; the pod fails under it.
     env.wait_for(
@@ -350,7 +377,7 @@ async fn without_the_charts_flowschemas_the_same_load_costs_the_leader_its_lease
         .await
         .unwrap();
     }
-    let load = Load::start(tenant_client(&env).await, &env.namespace);
+    let load = Load::start(tenant_config(&env).await, &env.namespace);
     env.wait_for("the leader to step down", load_duration(), || async {
         (!env.operators[0].replica.is_leader()).then_some(())
     })
