@@ -45,9 +45,15 @@ pub fn is_code(e: &kube::Error, code: u16) -> bool {
 }
 
 /// The API server found the object invalid as it is (422 Invalid, or 400 when it could not
-/// decode it, as for an unparseable quantity): only a change of the object helps.
+/// decode it, as for an unparseable quantity): only a change of the object helps. Other 400s
+/// are not: an admission webhook that denies without a code of its own is answered 400 too,
+/// and its policy may change.
 pub fn is_invalid(e: &kube::Error) -> bool {
-    is_code(e, 422) || is_code(e, 400)
+    match e {
+        kube::Error::Api(s) if s.code == 422 => true,
+        kube::Error::Api(s) if s.code == 400 => s.message.contains("cannot be handled as a"),
+        _ => false,
+    }
 }
 
 /// The API server's message when it refused an object as it is: a 4xx other than a conflict
@@ -58,5 +64,47 @@ pub fn rejection(e: &kube::Error) -> Option<String> {
             Some(s.message.clone())
         }
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16, reason: &str, message: &str) -> kube::Error {
+        kube::Error::Api(
+            serde_json::from_value(serde_json::json!({
+                "status": "Failure", "code": code, "reason": reason, "message": message
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn only_a_pod_invalid_as_it_is_is_invalid_not_a_webhooks_denial() {
+        let invalid = api_error(
+            422,
+            "Invalid",
+            "Pod \"p\" is invalid: spec.containers[0].image: Required value",
+        );
+        let undecodable = api_error(
+            400,
+            "BadRequest",
+            "Pod in version \"v1\" cannot be handled as a Pod: quantities must match the regular expression",
+        );
+        let webhook = api_error(
+            400,
+            "BadRequest",
+            "admission webhook \"policy.example.com\" denied the request: images must come from our registry",
+        );
+        let quota = api_error(403, "Forbidden", "pods \"p\" is forbidden: exceeded quota");
+        assert!(is_invalid(&invalid));
+        assert!(is_invalid(&undecodable));
+        assert!(
+            !is_invalid(&webhook),
+            "a webhook's policy may change: retried"
+        );
+        assert!(!is_invalid(&quota));
+        assert!(rejection(&webhook).is_some(), "still reported as a refusal");
     }
 }

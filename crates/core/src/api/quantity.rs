@@ -10,6 +10,8 @@ pub const SUFFIX: &str = "unable to parse quantity's suffix";
 
 /// A quantity's value in billionths (saturating; fractions of a billionth round up).
 pub fn nanos(s: &str) -> Result<i128, &'static str> {
+    // The server trims a quantity's JSON string before parsing it.
+    let s = s.trim();
     let (negative, rest) = match s.as_bytes().first() {
         None => return Err(FORMAT),
         Some(b'-') => (true, &s[1..]),
@@ -86,6 +88,7 @@ mod tests {
             ("1e3", 1_000_000_000_000),
             ("0.5", 500_000_000),
             ("-2", -2_000_000_000),
+            (" 4 ", 4_000_000_000), // the server trims the JSON string first
         ] {
             assert_eq!(nanos(text), Ok(want), "{text}");
         }

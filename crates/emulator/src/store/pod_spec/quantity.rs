@@ -19,7 +19,8 @@ pub(super) struct Quantity {
 /// A quantity as JSON carries it: a string or a number.
 pub(super) fn parse_json(v: &Value) -> Result<Quantity, String> {
     match v {
-        Value::String(s) => parse(s),
+        // The server trims a quantity's JSON string before parsing it (`UnmarshalJSON`).
+        Value::String(s) => parse(s.trim()),
         Value::Number(n) => parse(&n.to_string()),
         _ => Err(FORMAT.into()),
     }

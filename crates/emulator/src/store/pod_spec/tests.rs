@@ -235,6 +235,10 @@ fn an_unparseable_quantity_is_the_decoders_bad_request() {
         quantity::parse("1mi").unwrap_err(),
         "unable to parse quantity's suffix"
     );
+    // The decoder trims the JSON string first: spaces around a quantity are no error.
+    let spaced = pod(json!({"containers": [{"name": "main", "image": "x",
+        "resources": {"limits": {"memory": " 4Gi "}}}]}));
+    assert_eq!(decode_problem(&spaced), None);
     for (text, nanos) in [
         ("1", 1_000_000_000),
         ("1500m", 1_500_000_000),
