@@ -62,7 +62,7 @@ pub mod simulate;
 #[cfg(test)]
 mod test_support;
 
-pub use chart_objects::{install_chart_objects, operator_service_account};
+pub use chart_objects::{chart_documents, install_chart_objects, operator_service_account};
 pub use clock::{now_rfc3339, now_rfc3339_micros};
 pub use error::SimError;
 pub use fake_kubelet_mode::run_fake_kubelet_mode;

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 
 use harness::{Env, EnvOptions, label};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::ListParams;
 use slice_controller::OperatorConfig;
 use slice_controller::coalesce::MAX_WINDOW_FACTOR;
 use slice_core::api::{Membership, Phase, TrainCluster};
@@ -29,12 +28,7 @@ const NAME: &str = "big";
 
 /// Every worker pod of the cluster, terminating ones included.
 async fn all_pods(env: &Env) -> Vec<Pod> {
-    let selector = format!("{LABEL_CLUSTER}={NAME},{LABEL_ROLE}={ROLE_WORKER}");
-    env.pods()
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
+    env.all_worker_pods(NAME).await
 }
 
 fn is_running(pod: &Pod) -> bool {
@@ -42,14 +36,7 @@ fn is_running(pod: &Pod) -> bool {
         && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
 }
 
-/// Pods per epoch label.
-fn epochs(pods: &[Pod]) -> BTreeMap<String, usize> {
-    let mut by_epoch = BTreeMap::new();
-    for pod in pods {
-        *by_epoch.entry(label(pod, LABEL_EPOCH)).or_insert(0) += 1;
-    }
-    by_epoch
-}
+use harness::pods_by_epoch as epochs;
 
 /// Wait until the cluster is Running with every slice ready, and exactly its 1,024 pods
 /// exist (no terminating leftovers), all Running, all of one epoch other than `not`.

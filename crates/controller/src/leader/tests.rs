@@ -17,9 +17,9 @@ fn lease(holder: &str, renewed: &str) -> serde_json::Value {
                     "renewTime": renewed, "acquireTime": renewed, "leaseTransitions": 0}})
 }
 
-fn reply(respond: Respond, body: serde_json::Value) {
+fn reply(respond: Respond, code: u16, body: serde_json::Value) {
     let response = Response::builder()
-        .status(200)
+        .status(code)
         .header("content-type", "application/json")
         .body(Body::from(serde_json::to_vec(&body).unwrap()))
         .unwrap();
@@ -54,14 +54,14 @@ fn api(current: serde_json::Value, writes: Arc<Mutex<Writes>>) -> (Client, Arc<M
         while let Some((request, respond)) = handle.next_request().await {
             if request.method() == "GET" {
                 counted.lock().unwrap().gets += 1;
-                reply(respond, current.clone());
+                reply(respond, 200, current.clone());
                 continue;
             }
             let mut policy = writes.lock().unwrap();
             match *policy {
                 Writes::Answer => {
                     counted.lock().unwrap().writes += 1;
-                    reply(respond, current.clone());
+                    reply(respond, 200, current.clone());
                 }
                 Writes::Hang => hung.push(respond),
                 Writes::HangNext(n) => {
@@ -186,12 +186,7 @@ fn scripted(
                 n
             };
             let (code, body) = answer(&method, n);
-            let response = Response::builder()
-                .status(code)
-                .header("content-type", "application/json")
-                .body(Body::from(serde_json::to_vec(&body).unwrap()))
-                .unwrap();
-            respond.send_response(response);
+            reply(respond, code, body);
         }
     });
     (Client::new(service, "ns"), seen)

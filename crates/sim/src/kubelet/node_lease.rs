@@ -113,29 +113,24 @@ pub async fn repost_ready(client: &Client, nodes: &[std::sync::Arc<Node>]) {
     let now = crate::clock::now_rfc3339_micros();
     for node in nodes.iter().filter(|n| marked_unknown_while_alive(n)) {
         let name = node.metadata.name.as_deref().unwrap_or_default();
+        // Ready as at the node's start; the pressure conditions the controller set Unknown
+        // go back to False.
         let conditions: Vec<serde_json::Value> = node
             .status
             .as_ref()
             .and_then(|s| s.conditions.as_ref())
             .into_iter()
             .flatten()
-            .filter_map(|c| serde_json::to_value(c).ok())
-            .map(|mut c| {
-                let ready = c["type"] == "Ready";
-                c["status"] = json!(if ready { "True" } else { "False" });
-                c["reason"] = json!(if ready {
-                    "KubeletReady"
-                } else {
-                    "KubeletHasSufficientResources"
-                });
-                c["message"] = json!(if ready {
-                    "kubelet is posting ready status (simulated)"
-                } else {
-                    "kubelet is healthy (simulated)"
-                });
-                c["lastHeartbeatTime"] = json!(now);
-                c["lastTransitionTime"] = json!(now);
-                c
+            .filter_map(|c| match c.type_.as_str() {
+                "Ready" => Some(crate::nodes::ready_condition(true)),
+                _ => serde_json::to_value(c).ok().map(|mut c| {
+                    c["status"] = json!("False");
+                    c["reason"] = json!("KubeletHasSufficientResources");
+                    c["message"] = json!("kubelet is healthy (simulated)");
+                    c["lastHeartbeatTime"] = json!(now);
+                    c["lastTransitionTime"] = json!(now);
+                    c
+                }),
             })
             .collect();
         let patch = json!({"status": {"conditions": conditions}});

@@ -68,7 +68,7 @@ pub fn node_status(
 }
 
 /// The node's Ready condition as its kubelet would post it, stamped now.
-pub(super) fn ready_condition(ready: bool) -> serde_json::Value {
+pub fn ready_condition(ready: bool) -> serde_json::Value {
     let now = now_rfc3339();
     json!({
         "type": "Ready",

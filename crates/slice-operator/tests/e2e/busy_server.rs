@@ -10,7 +10,6 @@
 //! and the load runs 30 s (twice the lease); there a second scenario removes the
 //! FlowSchemas and shows that the same load then costs the leader its lease.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -21,10 +20,9 @@ use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 use slice_core::api::{Membership, Phase};
-use slice_core::constants::*;
 use slice_sim::NodePoolSpec;
 
-use crate::harness::{self, Env, label};
+use crate::harness::{self, Env};
 
 const V6E: &str = "tpu-v6e-slice";
 const SLICES: u32 = 32;
@@ -42,15 +40,6 @@ fn load_duration() -> Duration {
     }
 }
 
-async fn all_pods(env: &Env) -> Vec<Pod> {
-    let selector = format!("{LABEL_CLUSTER}={NAME},{LABEL_ROLE}={ROLE_WORKER}");
-    env.pods()
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
-}
-
 /// Waits until the job is Running with all its pods, all Running, all of one epoch other
 /// than `not`; returns that epoch.
 async fn wait_complete(env: &Env, not: Option<&str>) -> String {
@@ -61,16 +50,15 @@ async fn wait_complete(env: &Env, not: Option<&str>) -> String {
         if status.phase != Phase::Running || status.ready_slices != SLICES {
             return None;
         }
-        let pods = all_pods(env).await;
-        let mut epochs = BTreeMap::new();
-        for pod in &pods {
-            let running = pod.metadata.deletion_timestamp.is_none()
-                && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
-            if !running {
-                return None;
-            }
-            *epochs.entry(label(pod, LABEL_EPOCH)).or_insert(0) += 1;
+        let pods = env.all_worker_pods(NAME).await;
+        let running = |pod: &Pod| {
+            pod.metadata.deletion_timestamp.is_none()
+                && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+        };
+        if !pods.iter().all(running) {
+            return None;
         }
+        let mut epochs = harness::pods_by_epoch(&pods);
         let (epoch, count) = epochs.pop_first()?;
         (epochs.is_empty() && count == PODS && Some(epoch.as_str()) != not).then_some(epoch)
     })
@@ -132,45 +120,25 @@ async fn tenant_config(env: &Env) -> kube::Config {
             .limit("workload-low", 2, seat_time);
         return emulator.service_account_config(&env.namespace, TENANT);
     }
+    let namespace = &env.namespace;
     let objects = [
-        (
-            "serviceaccounts",
-            json!({"apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": {"name": TENANT}}),
-        ),
-        (
-            "roles",
-            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": {"name": "pod-reader"},
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": TENANT, "namespace": namespace}}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "pod-reader", "namespace": namespace},
             "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]}),
-        ),
-        (
-            "rolebindings",
-            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": {"name": "pod-reader"},
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "pod-reader", "namespace": namespace},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"},
-            "subjects": [{"kind": "ServiceAccount", "name": TENANT, "namespace": env.namespace}]}),
-        ),
+            "subjects": [{"kind": "ServiceAccount", "name": TENANT, "namespace": namespace}]}),
     ];
-    for (plural, object) in objects {
-        let (group, version) = match object["apiVersion"].as_str().unwrap().split_once('/') {
-            Some((g, v)) => (g.to_string(), v.to_string()),
-            None => (String::new(), "v1".to_string()),
-        };
-        let kind = object["kind"].as_str().unwrap().to_string();
-        let resource = kube::api::ApiResource::from_gvk_with_plural(
-            &kube::api::GroupVersionKind::gvk(&group, &version, &kind),
-            plural,
-        );
-        let api: Api<kube::api::DynamicObject> =
-            Api::namespaced_with(env.client.clone(), &env.namespace, &resource);
-        api.create(
-            &PostParams::default(),
-            &serde_json::from_value(object).unwrap(),
-        )
+    let docs: Vec<serde_yaml::Value> = objects
+        .iter()
+        .map(|o| serde_yaml::to_value(o).unwrap())
+        .collect();
+    harness::control_plane::install_chart_objects(&env.client, &docs)
         .await
         .unwrap();
-    }
     let admin = Client::try_from(env.cluster_config().await).unwrap();
     let token = harness::control_plane::token_of(&admin, &env.namespace, TENANT)
         .await

@@ -28,12 +28,11 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::Client;
 use kube::api::Api;
 
-#[allow(unused_imports)] // used by the e2e suite only
-pub use plane_install::token_of;
 use plane_install::{
-    chart_manifests, deployment_of, install_chart_objects, leader_election_rbac_in,
-    service_account_token,
+    chart_manifests, deployment_of, leader_election_rbac_in, service_account_token,
 };
+#[allow(unused_imports)] // used by the e2e suite only
+pub use plane_install::{install_chart_objects, token_of};
 use plane_processes::{
     Spawner, config_from, free_port, kubeconfig, poll, random_token, version_of,
 };

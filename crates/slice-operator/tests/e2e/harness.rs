@@ -23,7 +23,6 @@ use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use serde::Deserialize;
 use std::time::Duration;
 
 use cleanup::{CLEANUP_TIMEOUT, Cleanup};
@@ -105,17 +104,12 @@ pub fn shipped_config() -> OperatorConfig {
     enum Command {
         Run(OperatorConfig),
     }
-    let manifests = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../deploy/slice-operator.yaml"
-    );
-    let text = std::fs::read_to_string(manifests).expect("deploy/slice-operator.yaml");
-    let deployment = serde_yaml::Deserializer::from_str(&text)
-        .map(|doc| serde_yaml::Value::deserialize(doc).expect("yaml"))
-        .find(|doc| doc["kind"] == "Deployment")
+    let deployment = slice_sim::chart_documents("Deployment")
+        .into_iter()
+        .next()
         .expect("a Deployment in deploy/slice-operator.yaml");
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
-    let args: Vec<String> = serde_yaml::from_value(container["args"].clone()).expect("args");
+    let args: Vec<String> = serde_json::from_value(container["args"].clone()).expect("args");
     let Command::Run(config) = <Cli as clap::Parser>::try_parse_from(
         std::iter::once("slice-operator".to_string()).chain(args),
     )
@@ -659,18 +653,24 @@ impl Env {
 
     /// Live (not terminating) worker pods of a cluster, sorted by name.
     pub async fn worker_pods(&self, name: &str) -> Vec<Pod> {
-        let selector = format!("{LABEL_CLUSTER}={name},{LABEL_ROLE}={ROLE_WORKER}");
         let mut pods: Vec<Pod> = self
-            .pods()
-            .list(&ListParams::default().labels(&selector))
+            .all_worker_pods(name)
             .await
-            .map(|l| l.items)
-            .unwrap_or_default()
             .into_iter()
             .filter(|p| p.metadata.deletion_timestamp.is_none())
             .collect();
         pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         pods
+    }
+
+    /// Every worker pod of a cluster, terminating ones included.
+    pub async fn all_worker_pods(&self, name: &str) -> Vec<Pod> {
+        let selector = format!("{LABEL_CLUSTER}={name},{LABEL_ROLE}={ROLE_WORKER}");
+        self.pods()
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
     }
 
     pub async fn events_for(&self, name: &str) -> Vec<(String, String)> {
@@ -829,6 +829,15 @@ pub fn label(pod: &Pod, key: &str) -> String {
 
 pub fn env_var(pod: &Pod, key: &str) -> Option<String> {
     slice_testkit::World::env_of(pod, key)
+}
+
+/// Pods per epoch label.
+pub fn pods_by_epoch(pods: &[Pod]) -> std::collections::BTreeMap<String, usize> {
+    let mut by_epoch = std::collections::BTreeMap::new();
+    for pod in pods {
+        *by_epoch.entry(label(pod, LABEL_EPOCH)).or_insert(0) += 1;
+    }
+    by_epoch
 }
 
 pub fn uid(pod: &Pod) -> String {
