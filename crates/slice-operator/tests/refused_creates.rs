@@ -109,7 +109,6 @@ async fn a_pod_refused_as_invalid_makes_the_generation_invalid_once() {
 /// A refusal that may pass (403: a quota, a webhook, a permission) is tried again after 10 s,
 /// 20 s, ...; the status says so once: a retry refused for the same reason writes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 30, open: each try still writes the status before its pods, for the group's next incarnation"]
 async fn retries_of_a_refused_create_do_not_rewrite_the_status() {
     let env = env("refused-retry-quiet").await;
     let emulator = env.emulator.as_ref().unwrap();

@@ -69,9 +69,9 @@ async fn apply_in_order(
         events::publish(&ctx.recorder, &ctx.ledger, &reference, &[event]).await;
     }
     let api = status::dynamic_api(ctx.client.clone(), &namespace);
-    // Status first: it carries the planner's memory (epoch, incarnations, failures counted),
+    // Status first: it carries the planner's memory (epoch, failures counted, slices kept),
     // so a crash after it converges instead of repeating decisions.
-    if work.memory != Some(&plan.status) {
+    if planner::memory::worth_writing(work.memory, &plan.status) {
         write_memory(ctx, &api, tc, &plan.status).await?;
         if work.memory.map(|s| s.phase) != Some(plan.status.phase) {
             info!(phase = ?plan.status.phase, desired = plan.status.desired_slices, ready = plan.status.ready_slices, "phase changed");
@@ -186,5 +186,6 @@ pub async fn write_memory(
         return Err(e);
     }
     ctx.ledger.status_written(uid, status.clone());
+    ctx.metrics.status_writes.inc();
     Ok(())
 }

@@ -47,6 +47,7 @@ pub async fn report(invalid: &InvalidObject, ctx: &Context) -> Result<Action> {
             // conditions are set, the rest of it stays for whoever can read it.
             false => write_phase_and_conditions(&api, &name, &status).await?,
         }
+        ctx.metrics.status_writes.inc();
         let reference = reference(invalid);
         events::publish(&ctx.recorder, &ctx.ledger, &reference, &[event]).await;
     }

@@ -130,6 +130,7 @@ pub(super) fn start<'a>(
         wake: None,
         fresh_spec: false,
         create_hold: None,
+        retrying_refused: false,
         avoided: avoid::still_avoided(&previous.avoided_slices, now),
         rejections: rejections::recent(tc, &previous.kubelet_rejections, now),
         spare_refills: Vec::new(),
@@ -156,6 +157,7 @@ impl<'a> Planner<'a> {
         let past = budget::PastFailure::of(self.previous, tc.metadata.generation);
         self.fresh_spec = past.reset;
         self.create_hold = creates::hold(self.previous, past.reset, self.now);
+        self.retrying_refused = creates::retrying(self.previous, past.reset, self.now);
         if let Some(t) = self.create_hold {
             self.wake_at(t);
         }

@@ -31,6 +31,12 @@ pub(super) fn hold(
         .filter(|t| *t > now)
 }
 
+/// Whether the workers' creates were refused and their wait is over: this plan tries again.
+pub(super) fn retrying(previous: &TrainClusterStatus, fresh_spec: bool, now: Timestamp) -> bool {
+    let refused = rejection_message(previous).is_some_and(|m| !m.contains(SPARE_REJECTION));
+    refused && !fresh_spec && hold(previous, fresh_spec, now).is_none()
+}
+
 /// The status after the API server rejected a create with `message`, and the event to emit:
 /// one per new message (a retry rejected for the same reason says nothing new).
 pub fn record_rejection(

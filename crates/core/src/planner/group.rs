@@ -129,20 +129,23 @@ impl<'a> Planner<'a> {
             swapped,
         });
         // Not while creates are refused (quota, a webhook): they may be refused for long.
-        let idle = failed || finishing || self.create_hold.is_some();
+        let refused = self.create_hold.is_some() || self.retrying_refused;
+        let idle = failed || finishing || refused;
         memory.reserved_slices = reserve(&usable, sizing.target, kept.len(), idle);
         let still_wanted = (sizing.target as usize).saturating_sub(kept.len() + created.len());
         self.promise(&free, still_wanted);
 
         self.wake_for_pending(backoff_until, leaving, &usable, grace);
         let restarting = !failed && (backoff_until.is_some() || leaving > 0) && sizing.target > 0;
+        // A try after a refusal counts once it goes through (the next plan sees its pods).
+        let counted: &[u32] = if self.retrying_refused { &[] } else { &created };
         memory.updated_slices =
-            (kept.iter().filter(|r| !r.outdated).count() + created.len()) as u32;
+            (kept.iter().filter(|r| !r.outdated).count() + counted.len()) as u32;
         assemble::group_summary(
             memory,
             group,
             &kept,
-            assemble::replicas_with_pods(occupied, &created),
+            assemble::replicas_with_pods(occupied, counted),
             assemble::GroupState {
                 waiting: sizing.waiting(),
                 restarting,

@@ -36,6 +36,7 @@ mod group_pods;
 mod head;
 mod judge;
 pub mod malformed;
+pub mod memory;
 mod names;
 pub mod observe;
 mod place;

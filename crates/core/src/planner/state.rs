@@ -28,6 +28,10 @@ pub(super) struct Planner<'a> {
     pub(super) fresh_spec: bool,
     /// No pod is created before this time (the API server rejected our last create).
     pub(super) create_hold: Option<Timestamp>,
+    /// The wait after a refused create is over and this plan tries again: until a create
+    /// goes through, the status counts the held replicas as it did while waiting (no pods,
+    /// no slices kept), so a try refused for the same reason has nothing new to write.
+    pub(super) retrying_refused: bool,
     /// Slices not to place a group on yet (placement timeouts), written back to the status.
     pub(super) avoided: Vec<AvoidedSlice>,
     /// Kubelet admission refusals still remembered, written back to the status.

@@ -47,10 +47,10 @@ const BINARIES: [&str; 3] = [
 ];
 const START_TIMEOUT: Duration = Duration::from_secs(90);
 
-/// The folder named by [`ASSETS_VAR`] when it holds every binary, in the e2e suite only
-/// (the other system tests use the emulator's internals).
+/// The folder named by [`ASSETS_VAR`] when it holds every binary, in the test binaries
+/// that run on any cluster (the other system tests use the emulator's internals).
 pub fn assets() -> Option<PathBuf> {
-    if env!("CARGO_CRATE_NAME") != "e2e" {
+    if !on_any_cluster() {
         return None;
     }
     assets_or_why().as_ref().ok().cloned()
@@ -77,6 +77,12 @@ fn assets_or_why() -> &'static Result<PathBuf, String> {
     })
 }
 
+/// This test binary runs on a real control plane as on the emulator: the e2e scenarios and
+/// the spec fuzz.
+fn on_any_cluster() -> bool {
+    matches!(env!("CARGO_CRATE_NAME"), "e2e" | "spec_fuzz")
+}
+
 /// `name` in a folder of the PATH.
 fn on_path(name: &str) -> Option<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?)
@@ -95,7 +101,7 @@ fn etcd_in(assets: &Path) -> Option<PathBuf> {
 /// run on the emulator and why the real-server run was skipped.
 pub fn say_skipped_once() {
     static SAID: std::sync::Once = std::sync::Once::new();
-    if env!("CARGO_CRATE_NAME") != "e2e" {
+    if !on_any_cluster() {
         return;
     }
     let Err(why) = assets_or_why() else { return };

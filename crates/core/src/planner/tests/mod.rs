@@ -8,6 +8,7 @@ mod hygiene;
 mod lifecycle;
 mod placement;
 mod recovery;
+mod refused_retries;
 mod rejections;
 mod spares;
 
