@@ -944,31 +944,31 @@ async fn hundreds_of_mutated_train_clusters_are_rejected_or_settle_and_stay_quie
     );
     let expected: BTreeMap<String, Expect> =
         stored.iter().map(|(n, o)| (n.clone(), expect(o))).collect();
-    let deadline = Duration::from_secs(30);
-    let first_phase = std::sync::Mutex::new(BTreeMap::<String, Duration>::new());
-    let phases = env
-        .wait_for(
-            "a status phase on every accepted object",
-            deadline,
-            || async {
-                let now = list().await;
-                let mut seen = first_phase.lock().unwrap();
-                for (name, object) in &now {
-                    if phase_of(object).is_some() {
-                        seen.entry(name.clone())
-                            .or_insert_with(|| started.elapsed());
-                    }
-                }
-                (seen.len() == now.len()).then_some(started.elapsed())
-            },
-        )
-        .await;
-    let mut slowest: Vec<(Duration, String)> = first_phase
-        .into_inner()
-        .unwrap()
-        .into_iter()
-        .map(|(n, t)| (t, n))
-        .collect();
+    // Each accepted object costs the operator a few writes (its status, its pods, events):
+    // a bound that grows with their number, as on a small real API server it takes longer.
+    let deadline = Duration::from_secs(30) + Duration::from_millis(200) * accepted.len() as u32;
+    let mut first_phase = BTreeMap::<String, Duration>::new();
+    let mut unphased = accepted.clone();
+    while !unphased.is_empty() && started.elapsed() < deadline {
+        for (name, object) in list().await {
+            if phase_of(&object).is_some() && unphased.remove(&name) {
+                first_phase.insert(name, started.elapsed());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await; // polling, not a sync
+    }
+    let phases = started.elapsed();
+    // From here on every problem is collected, so one run reports all of them.
+    let mut problems: Vec<String> = Vec::new();
+    if !unphased.is_empty() {
+        problems.push(format!(
+            "{} of {} accepted objects got no phase within {deadline:?}: {unphased:?}",
+            unphased.len(),
+            accepted.len()
+        ));
+    }
+    let mut slowest: Vec<(Duration, String)> =
+        first_phase.into_iter().map(|(n, t)| (t, n)).collect();
     slowest.sort();
     slowest.reverse();
     slowest.truncate(5);
@@ -982,8 +982,6 @@ async fn hundreds_of_mutated_train_clusters_are_rejected_or_settle_and_stay_quie
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    // From here on every problem is collected, so one run reports all of them.
-    let mut problems: Vec<String> = Vec::new();
     let unsettled: Vec<String> = expected
         .iter()
         .filter(|(n, e)| !settled(e, &last[*n]))
@@ -1052,6 +1050,10 @@ async fn hundreds_of_mutated_train_clusters_are_rejected_or_settle_and_stay_quie
     // loop on a timer shows up here). An observation window, not a synchronisation.
     let quiet = emulator.map(|e| e.requests().mark());
     let before = footprint(&env, &api).await;
+    assert!(
+        before.counters["slice_operator_status_writes_total"] > 0,
+        "the operator's write counters are read: {before:?}"
+    );
     tokio::time::sleep(Duration::from_secs(QUIET_SECONDS)).await;
     let mut writes = footprint_changes(&before, &footprint(&env, &api).await);
     if let (Some(emulator), Some(mark)) = (emulator, quiet) {

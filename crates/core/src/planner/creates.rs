@@ -117,7 +117,12 @@ fn record(
         REJECTED_CREATE_BACKOFF.as_secs(),
         REJECTED_CREATE_MAX_BACKOFF.as_secs()
     );
-    let news = rejection_message(status).map(stem) != Some(stem(&text));
+    let news = !rejection_message(status).is_some_and(|m| same_reason(m, &text));
+    if !news {
+        // The words of the first refusal stay: a quota's usage figures, a pod's name
+        // differ from try to try, the reason does not.
+        return (next, None);
+    }
     set_condition(
         &mut next,
         CONDITION_REPLICA_FAILURE,
@@ -127,13 +132,13 @@ fn record(
         generation,
         now,
     );
-    let event = news.then(|| PlannedEvent {
+    let event = PlannedEvent {
         type_: EventType::Warning,
         reason: "FailedCreate",
         note: super::text::truncate(&text, 1000),
         after: None,
-    });
-    (next, event)
+    };
+    (next, Some(event))
 }
 
 /// The message of the current rejection, if there is one.
@@ -148,9 +153,15 @@ fn rejection(status: &TrainClusterStatus) -> Option<&Condition> {
         .find(|c| c.type_ == CONDITION_REPLICA_FAILURE && c.status == "True")
 }
 
-/// The message without its retry time, which changes with every try.
-fn stem(message: &str) -> &str {
-    message.split(" (retrying in ").next().unwrap_or(message)
+/// Whether two refusals have one reason: their messages differ in figures alone (a quota's
+/// `used: pods=10` that was `pods=9`, the index in a pod's name).
+fn same_reason(a: &str, b: &str) -> bool {
+    let words = |m: &str| {
+        m.chars()
+            .filter(|c| !c.is_ascii_digit())
+            .collect::<String>()
+    };
+    words(a) == words(b)
 }
 
 /// The fields a retry refused for the same reason changes, and nothing else: how many
@@ -276,6 +287,29 @@ mod tests {
             at(30),
         );
         assert!(other.is_some(), "a different rejection is news");
+    }
+
+    #[test]
+    fn a_quota_refusal_with_other_usage_figures_is_the_same_reason() {
+        let quota = |used: u32| {
+            format!(
+                r#"pods "demo-workers-{used}-0" is forbidden: exceeded quota: tpu, requested: google.com/tpu=4, used: google.com/tpu={used}, limited: google.com/tpu=16"#
+            )
+        };
+        let what = "the pods of group workers replica 0";
+        let (first, _) = record_rejection(
+            &TrainClusterStatus::default(),
+            what,
+            &quota(12),
+            None,
+            at(0),
+        );
+        let (second, event) = record_rejection(&first, what, &quota(16), None, at(10));
+        assert!(event.is_none(), "no news");
+        assert_eq!(rejection(&second), rejection(&first), "the words stay");
+        assert_eq!(second.create_failures, 2, "the wait still grows");
+        let (_, other) = record_rejection(&second, what, "admission webhook denied", None, at(30));
+        assert!(other.is_some(), "another reason is news");
     }
 
     #[test]
