@@ -23,6 +23,8 @@ pub enum Error {
         created: usize,
         total: usize,
         cause: String,
+        /// Uids of the created pods whose rollback delete the server accepted.
+        rolled_back: Vec<String>,
         /// The API server's message when it rejected the pods as they are (4xx other than
         /// conflict and throttling): retrying the same pods cannot help.
         rejected: Option<String>,

@@ -9,7 +9,8 @@ mod harness;
 use std::time::Duration;
 
 use harness::{Env, EnvOptions};
-use kube::api::{Patch, PatchParams};
+use k8s_openapi::api::core::v1::ResourceQuota;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use slice_core::api::{CONDITION_REPLICA_FAILURE, CONDITION_VALID, Membership, Phase};
 use slice_emulator::{RecordedRequest, Verb};
@@ -164,5 +165,62 @@ async fn retries_of_a_refused_create_do_not_rewrite_the_status() {
     // Once creates go through, the next try (at most 40 s later) runs the cluster.
     emulator.faults().clear();
     env.wait_running("quota", 1, 4).await;
+    env.stop().await;
+}
+
+/// A quota that admits half of a group's pods (the usual way a quota runs out): each try
+/// creates two pods and the executor deletes them again; no try rewrites the status, and
+/// the condition keeps the words of the first refusal although the usage figures change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_that_admits_part_of_a_group_is_retried_without_status_writes() {
+    let env = env("refused-partial-quota").await;
+    let emulator = env.emulator.as_ref().unwrap();
+    let quotas: Api<ResourceQuota> = Api::namespaced(env.client.clone(), &env.namespace);
+    let quota = serde_json::from_value(json!({
+        "metadata": {"name": "two-pods"}, "spec": {"hard": {"pods": "2"}},
+    }))
+    .unwrap();
+    quotas.create(&PostParams::default(), &quota).await.unwrap();
+    env.create(&env.train_cluster("half", Membership::Multislice, 1, 1))
+        .await;
+    let condition = env
+        .wait_for("the quota's refusal", Duration::from_secs(20), || async {
+            let status = env.tcs().get("half").await.ok()?.status?;
+            let c = status
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == CONDITION_REPLICA_FAILURE)?;
+            (c.status == "True" && c.message.contains("exceeded quota: two-pods")).then_some(c)
+        })
+        .await;
+    let mark = emulator.requests().mark();
+    let refused = || harness::operator_metric(&env, 0, "slice_operator_creates_refused_total");
+    let first = refused();
+    env.wait_for("two more tries", Duration::from_secs(45), || async {
+        (refused() >= first + 2).then_some(())
+    })
+    .await;
+    let tries = since(&env, mark);
+    let admitted = tries
+        .iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/pods") && r.status < 300)
+        .count();
+    assert!(admitted >= 2, "part of each try was admitted: {admitted}");
+    assert_eq!(
+        status_writes(&tries, "half"),
+        Vec::<String>::new(),
+        "no status rewritten"
+    );
+    let now = env.tcs().get("half").await.unwrap().status.unwrap();
+    let kept = now
+        .conditions
+        .iter()
+        .find(|c| c.type_ == CONDITION_REPLICA_FAILURE);
+    assert_eq!(kept, Some(&condition), "the condition as first written");
+    quotas
+        .delete("two-pods", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_running("half", 1, 4).await;
     env.stop().await;
 }

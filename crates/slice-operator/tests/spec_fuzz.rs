@@ -115,14 +115,25 @@ fn well_formed(tc: &Value) -> bool {
         && object_or_absent(&container["resources"]["limits"])
 }
 
+/// Mutations every run has (as the first objects): a worker and a head container the API
+/// server refuses as a pod.
+const WORKER_REFUSED_AS_POD: usize = 39;
+const HEAD_REFUSED_AS_POD: usize = 40;
+
 /// Applies one random mutation; returns its name.
 fn mutate(rng: &mut Rng, tc: &mut Value) -> String {
+    let choice = rng.below(43);
+    mutate_as(rng, tc, choice)
+}
+
+/// Applies mutation number `choice`; returns its name.
+fn mutate_as(rng: &mut Rng, tc: &mut Value, choice: usize) -> String {
     if !well_formed(tc) {
         return "(none: an earlier mutation replaced the structure)".into();
     }
     let spec = &mut tc["spec"];
     let group = &mut spec["workerGroups"][0];
-    let (what, value): (&str, Value) = match rng.below(43) {
+    let (what, value): (&str, Value) = match choice {
         // slices
         0 => {
             let max = group["slices"]["max"].as_i64().unwrap_or(1);
@@ -449,12 +460,12 @@ fn mutate(rng: &mut Rng, tc: &mut Value) -> String {
             }
         }
         // what the API server refuses in a pod, in a worker or the head template
-        39 => {
+        WORKER_REFUSED_AS_POD => {
             let container = &mut group["template"]["spec"]["containers"][0];
             let v = container_fault(rng, container);
             ("worker container refused as a pod", v)
         }
-        40 => {
+        HEAD_REFUSED_AS_POD => {
             let mut container = json!({"name": "head", "image": "python:3.11"});
             let v = container_fault(rng, &mut container);
             spec["head"] = json!({"template": {"spec": {"containers": [container]}}});
@@ -749,9 +760,11 @@ fn changed_fields(before: &Value, after: &Value, path: &str) -> Vec<String> {
     }
 }
 
-/// The operator's counters of what it writes: a settled cluster moves none of them.
-const WRITE_COUNTERS: [&str; 4] = [
+/// The operator's counters of what it writes (and of writes that failed): a settled
+/// cluster moves none of them.
+const WRITE_COUNTERS: [&str; 5] = [
     "slice_operator_status_writes_total",
+    "slice_operator_reconcile_errors_total",
     "slice_operator_creates_refused_total",
     "slice_operator_groups_created_total",
     "slice_operator_groups_deleted_total",
@@ -761,7 +774,8 @@ const WRITE_COUNTERS: [&str; 4] = [
 #[derive(Debug, PartialEq)]
 struct Footprint {
     counters: BTreeMap<&'static str, u64>,
-    /// Each stored TrainCluster's resourceVersion.
+    /// Each stored TrainCluster's and headless Service's resourceVersion (only the test and
+    /// the operator write those).
     versions: BTreeMap<String, String>,
 }
 
@@ -776,9 +790,25 @@ async fn footprint(env: &Env, api: &Api<DynamicObject>) -> Footprint {
         .expect("list TrainClusters")
         .items
         .into_iter()
-        .map(|o| (o.name_any(), o.resource_version().unwrap_or_default()))
-        .collect();
-    Footprint { counters, versions }
+        .map(|o| (o.name_any(), o.resource_version().unwrap_or_default()));
+    let services: Api<k8s_openapi::api::core::v1::Service> =
+        Api::namespaced(env.client.clone(), &env.namespace);
+    let services = services
+        .list(&ListParams::default())
+        .await
+        .expect("list Services")
+        .items
+        .into_iter()
+        .map(|s| {
+            (
+                format!("Service {}", s.name_any()),
+                s.resource_version().unwrap_or_default(),
+            )
+        });
+    Footprint {
+        counters,
+        versions: versions.chain(services).collect(),
+    }
 }
 
 /// What moved between two footprints, one line per counter or object.
@@ -789,7 +819,7 @@ fn footprint_changes(before: &Footprint, after: &Footprint) -> Vec<String> {
     });
     let versions = after.versions.iter().filter_map(|(name, now)| {
         let was = before.versions.get(name);
-        (was != Some(now)).then(|| format!("TrainCluster {name}: resourceVersion {was:?} -> {now}"))
+        (was != Some(now)).then(|| format!("{name}: resourceVersion {was:?} -> {now}"))
     });
     counters.chain(versions).collect()
 }
@@ -850,9 +880,11 @@ async fn hundreds_of_mutated_train_clusters_are_rejected_or_settle_and_stay_quie
         .map(|i| {
             let name = format!("f-{i:03}");
             let mut sent = base(&mut rng, &name, &env.namespace);
-            let mutations = match rng.below(7) {
-                0 => Vec::new(), // a valid control
-                n => (0..1 + n % 3)
+            let forced = [WORKER_REFUSED_AS_POD, HEAD_REFUSED_AS_POD].get(i).copied();
+            let mutations = match (forced, rng.below(7)) {
+                (Some(choice), _) => vec![mutate_as(&mut rng, &mut sent, choice)],
+                (None, 0) => Vec::new(), // a valid control
+                (None, n) => (0..1 + n % 3)
                     .map(|_| mutate(&mut rng, &mut sent))
                     .collect(),
             };
@@ -1176,5 +1208,12 @@ async fn hundreds_of_mutated_train_clusters_are_rejected_or_settle_and_stay_quie
         );
     }
     assert!(!rejections.is_empty(), "seed {seed}: nothing rejected");
+    for forced in ["f-000", "f-001"] {
+        assert!(
+            matches!(expected.get(forced), Some(Expect::Invalid)),
+            "seed {seed}: {forced} (a template refused as a pod) settles Invalid: {:?}",
+            expected.get(forced)
+        );
+    }
     env.stop().await;
 }

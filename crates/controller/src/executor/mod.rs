@@ -123,7 +123,11 @@ async fn after_pods(
                 true => creates::record_spare_rejection,
                 false => creates::record_rejection,
             };
-            let (status, event) = record(&plan.status, &what, message, generation, now);
+            let (mut status, event) = record(&plan.status, &what, message, generation, now);
+            if !e.spare_rejected() {
+                let refused = progress.not_created(plan).filter(|c| !c.spare);
+                creates::withdraw(&mut status, refused.map(|c| (c.group.as_str(), c.replica)));
+            }
             // Refused again for the same reason: only the wait grows, kept in memory; the
             // status is written when the reason (its message) changes.
             match creates::retry_clock(&plan.status, &status) {

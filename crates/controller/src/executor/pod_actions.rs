@@ -69,47 +69,68 @@ pub async fn apply_pods(
     // Workers, then the head, then hot spares (planned last): a refused placeholder never
     // keeps a worker or the head from being created.
     let workers = plan.create.iter().take_while(|c| !c.spare).count();
-    create_groups(ctx, &pod_api, plan, 0..workers, &limit, progress).await?;
-    create_head(&pod_api, plan.create_head.as_ref(), progress).await?;
-    create_groups(
+    let creates = Creates {
         ctx,
-        &pod_api,
+        pod_api: &pod_api,
         plan,
-        workers..plan.create.len(),
-        &limit,
-        progress,
-    )
-    .await
+        limit: &limit,
+        uid: &uid,
+        relists,
+    };
+    creates.groups(0..workers, progress).await?;
+    create_head(&pod_api, plan.create_head.as_ref(), progress).await?;
+    creates.groups(workers..plan.create.len(), progress).await
 }
 
-/// Create the groups `range` of the plan, all at once within `limit`.
-async fn create_groups(
-    ctx: &Context,
-    pod_api: &Api<Pod>,
-    plan: &planner::Plan,
-    range: std::ops::Range<usize>,
-    limit: &CallLimit,
-    progress: &mut Progress,
-) -> Result<()> {
-    let creates = range
-        .clone()
-        .map(|i| create_group(pod_api, &plan.create[i], limit));
-    let mut first_error = None;
-    for (i, result) in range.zip(join_all(creates).await) {
-        if let Err(e) = result {
-            first_error.get_or_insert(e);
-            continue;
+/// What the group creates of one plan share.
+struct Creates<'a> {
+    ctx: &'a Context,
+    pod_api: &'a Api<Pod>,
+    plan: &'a planner::Plan,
+    limit: &'a CallLimit,
+    /// The TrainCluster's uid (its ledger entry).
+    uid: &'a str,
+    relists: u64,
+}
+
+impl Creates<'_> {
+    /// Create the groups `range` of the plan, all at once within the plan's limit.
+    async fn groups(&self, range: std::ops::Range<usize>, progress: &mut Progress) -> Result<()> {
+        let Creates { ctx, plan, .. } = *self;
+        let creates = range
+            .clone()
+            .map(|i| create_group(self.pod_api, &plan.create[i], self.limit));
+        let mut first_error = None;
+        for (i, result) in range.zip(join_all(creates).await) {
+            if let Err(e) = result {
+                self.rolled_back(&e);
+                first_error.get_or_insert(e);
+                continue;
+            }
+            progress.created.insert(i);
+            let create = &plan.create[i];
+            if create.spare {
+                info!(group = %create.group, spare = create.replica, slice = ?create.slice, pods = create.pods.len(), "holding a hot spare");
+            } else {
+                info!(group = %create.group, replica = create.replica, epoch = create.epoch, slice = ?create.slice, pods = create.pods.len(), "created group");
+                ctx.metrics.groups_created.inc();
+            }
         }
-        progress.created.insert(i);
-        let create = &plan.create[i];
-        if create.spare {
-            info!(group = %create.group, spare = create.replica, slice = ?create.slice, pods = create.pods.len(), "holding a hot spare");
-        } else {
-            info!(group = %create.group, replica = create.replica, epoch = create.epoch, slice = ?create.slice, pods = create.pods.len(), "created group");
-            ctx.metrics.groups_created.inc();
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// A partial group's rolled-back pods are our deletes like any other: no plan is made
+    /// before the cache shows them going (the plan would take them for a new disruption).
+    fn rolled_back(&self, error: &Error) {
+        if let Error::PartialGroup { rolled_back, .. } = error
+            && !rolled_back.is_empty()
+        {
+            let uids = rolled_back.clone();
+            self.ctx
+                .ledger
+                .pods_deleted(self.uid, uids, false, self.relists);
         }
     }
-    first_error.map_or(Ok(()), Err)
 }
 
 async fn create_head(

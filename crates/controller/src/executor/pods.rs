@@ -116,10 +116,14 @@ pub async fn create_group(api: &Api<Pod>, group: &GroupCreate, limit: &CallLimit
     };
     // Its own permits: a partial group must not wait behind every other group's creates.
     let own = CallLimit::new(rollback.pods.len().max(1));
-    if let Err(e) = delete_group(api, &rollback, &own).await {
-        // The planner deletes the incomplete group on the next reconcile.
-        tracing::warn!(error = %e, group = %group.group, replica = group.replica, "rollback of a partial group failed");
-    }
+    let rolled_back = match delete_group(api, &rollback, &own).await {
+        Ok(uids) => uids,
+        Err(e) => {
+            // The planner deletes the incomplete group on the next reconcile.
+            tracing::warn!(error = %e, group = %group.group, replica = group.replica, "rollback of a partial group failed");
+            Vec::new()
+        }
+    };
     Err(Error::PartialGroup {
         group: group.group.clone(),
         replica: group.replica,
@@ -129,6 +133,7 @@ pub async fn create_group(api: &Api<Pod>, group: &GroupCreate, limit: &CallLimit
         rejected: rejection(&cause),
         invalid: crate::api_call::is_invalid(&cause),
         cause: cause.to_string(),
+        rolled_back,
     })
 }
 

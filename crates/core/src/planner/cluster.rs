@@ -183,8 +183,10 @@ impl<'a> Planner<'a> {
         }
         let failed = sticky || summaries.iter().any(|s| s.exhausted.is_some());
         self.place_head(&head_pods, &mut head, failed);
+        let refusal_may_end = self.create_hold.is_none() && creates::workers_refused(self.previous);
         let mut plan = self.finish(summaries, head, head_exhausted);
         spares_last(&mut plan);
+        end_refusal_untried(&mut plan, refusal_may_end);
         plan
     }
 
@@ -217,6 +219,19 @@ impl<'a> Planner<'a> {
             };
             self.delete_whole(name, None, reason, &pods);
         }
+    }
+}
+
+/// A refusal stands while creates are held back or tried; a plan that tries none (all there,
+/// or waiting for slices, a backoff, old pods to go) ends it. The executor clears it too,
+/// once a create goes through; this also covers that write failing, or a crash before it.
+fn end_refusal_untried(plan: &mut Plan, may_end: bool) {
+    let tries = plan.create.iter().any(|c| !c.spare) || plan.create_head.is_some();
+    if may_end
+        && !tries
+        && let Some(cleared) = creates::clear(&plan.status, creates::Created::Workers)
+    {
+        plan.status = cleared;
     }
 }
 

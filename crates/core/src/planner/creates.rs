@@ -33,8 +33,12 @@ pub(super) fn hold(
 
 /// Whether the workers' creates were refused and their wait is over: this plan tries again.
 pub(super) fn retrying(previous: &TrainClusterStatus, fresh_spec: bool, now: Timestamp) -> bool {
-    let refused = rejection_message(previous).is_some_and(|m| !m.contains(SPARE_REJECTION));
-    refused && !fresh_spec && hold(previous, fresh_spec, now).is_none()
+    workers_refused(previous) && !fresh_spec && hold(previous, fresh_spec, now).is_none()
+}
+
+/// Whether the last refusal was of workers (or the head), not of a spare's placeholders.
+pub(super) fn workers_refused(status: &TrainClusterStatus) -> bool {
+    rejection_message(status).is_some_and(|m| !m.contains(SPARE_REJECTION))
 }
 
 /// The status after the API server rejected a create with `message`, and the event to emit:
@@ -59,6 +63,30 @@ pub fn record_spare_rejection(
     now: Timestamp,
 ) -> (TrainClusterStatus, Option<PlannedEvent>) {
     record(status, what, message, generation, now, true)
+}
+
+/// `status` (the plan's, written before its creates) as the plans while creates are refused
+/// see it: the replicas whose creates did not go through have no pods, and no slices are kept
+/// (see `Planner::retrying_refused`). Written with the refusal, it leaves those plans
+/// nothing to write.
+pub fn withdraw<'a>(
+    status: &mut TrainClusterStatus,
+    refused: impl IntoIterator<Item = (&'a str, u32)>,
+) {
+    for (group, replica) in refused {
+        let Some(g) = status.groups.iter_mut().find(|g| g.name == group) else {
+            continue;
+        };
+        let before = g.replicas.len();
+        g.replicas.retain(|r| *r != replica);
+        if g.replicas.len() < before {
+            g.updated_slices = g.updated_slices.saturating_sub(1);
+        }
+    }
+    for g in &mut status.groups {
+        g.reserved_slices.clear();
+    }
+    status.updated_slices = status.groups.iter().map(|g| g.updated_slices).sum();
 }
 
 /// The earliest time a refused create (workers or spares) is tried again, if one waits.
@@ -120,7 +148,11 @@ fn record(
     let news = !rejection_message(status).is_some_and(|m| same_reason(m, &text));
     if !news {
         // The words of the first refusal stay: a quota's usage figures, a pod's name
-        // differ from try to try, the reason does not.
+        // differ from try to try, the reason does not. Refused so for a new spec, the
+        // condition says it is about this one.
+        if let Some(c) = rejection_mut(&mut next).filter(|c| c.observed_generation != generation) {
+            c.observed_generation = generation;
+        }
         return (next, None);
     }
     set_condition(
@@ -144,6 +176,13 @@ fn record(
 /// The message of the current rejection, if there is one.
 pub fn rejection_message(status: &TrainClusterStatus) -> Option<&str> {
     rejection(status).map(|c| c.message.as_str())
+}
+
+fn rejection_mut(status: &mut TrainClusterStatus) -> Option<&mut Condition> {
+    status
+        .conditions
+        .iter_mut()
+        .find(|c| c.type_ == CONDITION_REPLICA_FAILURE && c.status == "True")
 }
 
 fn rejection(status: &TrainClusterStatus) -> Option<&Condition> {

@@ -92,7 +92,7 @@ impl<'a> Planner<'a> {
             let max_unavailable = self.tc.spec.rollout.max_unavailable;
             self.roll_out(name, &mut kept, sizing.target, max_unavailable);
         }
-        memory.retiring_incarnations = retiring(&observed, &kept);
+        memory.retiring_incarnations = retiring(&observed, &kept, &memory.retiring_incarnations);
         if runs_whole(&kept, sizing.target, memory.epoch) {
             memory.formed_epoch = memory.epoch;
         }
@@ -136,9 +136,19 @@ impl<'a> Planner<'a> {
         self.promise(&free, still_wanted);
 
         self.wake_for_pending(backoff_until, leaving, &usable, grace);
-        let restarting = !failed && (backoff_until.is_some() || leaving > 0) && sizing.target > 0;
-        // A try after a refusal counts once it goes through (the next plan sees its pods).
+        // While creates are refused, a rolled-back partial group draining is no restart.
+        let replacing = match refused {
+            true => !memory.retiring_incarnations.is_empty(),
+            false => leaving > 0,
+        };
+        let restarting = !failed && (backoff_until.is_some() || replacing) && sizing.target > 0;
+        // A try after a refusal counts once it goes through (the next plan sees its pods);
+        // and while creates are refused, a rolled-back partial group has no pods either.
         let counted: &[u32] = if self.retrying_refused { &[] } else { &created };
+        let occupied = match refused {
+            true => kept.iter().map(|r| r.replica).collect(),
+            false => occupied,
+        };
         memory.updated_slices =
             (kept.iter().filter(|r| !r.outdated).count() + counted.len()) as u32;
         assemble::group_summary(
@@ -236,13 +246,18 @@ fn runs_to_completion(kept: &[&ObservedReplica<'_>], target: u32) -> bool {
 
 /// Incarnations observed but not kept: being deleted (this round or before), or draining.
 /// Recorded with the status, before any delete is sent.
+/// Incarnations decided for deletion whose pods remain: the ones deleted now and those
+/// retiring before. A replica already draining when first seen (deleted by someone else, a
+/// rolled-back partial group) was never judged and needs no memory.
 fn retiring(
     observed: &BTreeMap<u32, ObservedReplica<'_>>,
     kept: &[&ObservedReplica<'_>],
+    before: &[u64],
 ) -> Vec<u64> {
     let mut retiring: Vec<u64> = observed
         .values()
         .filter(|r| kept.iter().all(|k| k.replica != r.replica))
+        .filter(|r| r.verdict != observe::Verdict::Draining || before.contains(&r.incarnation))
         .map(|r| r.incarnation)
         .collect();
     retiring.sort_unstable();

@@ -33,6 +33,7 @@ mod meta;
 mod obj;
 mod pod_spec;
 mod priority;
+mod quota;
 mod resources;
 mod state;
 mod write;

@@ -17,6 +17,7 @@ pub(super) fn builtins() -> impl Iterator<Item = ResourceInfo> {
         ResourceInfo::builtin("", "v1", "configmaps", "ConfigMap", true, false),
         ResourceInfo::builtin("", "v1", "secrets", "Secret", true, false),
         ResourceInfo::builtin("", "v1", "serviceaccounts", "ServiceAccount", true, false),
+        ResourceInfo::builtin("", "v1", "resourcequotas", "ResourceQuota", true, true),
         ResourceInfo::builtin("events.k8s.io", "v1", "events", "Event", true, false),
         ResourceInfo::builtin("coordination.k8s.io", "v1", "leases", "Lease", true, false),
         ResourceInfo::builtin(
@@ -62,6 +63,7 @@ pub(super) fn builtins() -> impl Iterator<Item = ResourceInfo> {
             "namespaces" => vec!["ns".into()],
             "configmaps" => vec!["cm".into()],
             "serviceaccounts" => vec!["sa".into()],
+            "resourcequotas" => vec!["quota".into()],
             "events" if info.group.is_empty() => vec!["ev".into()],
             "customresourcedefinitions" => vec!["crd".into(), "crds".into()],
             _ => vec![],

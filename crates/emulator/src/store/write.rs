@@ -131,6 +131,7 @@ impl Store {
         if info.is("", "pods") {
             self.admit_priority(&mut obj, &name)?;
             defaults::default_pod(&mut obj);
+            self.admit_quota(&obj, &key.0, &name)?;
             let qos = defaults::qos_class(&obj);
             obj["status"] = json!({"phase": "Pending", "qosClass": qos});
         } else if info.is("", "services") {

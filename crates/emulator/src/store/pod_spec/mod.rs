@@ -7,7 +7,7 @@
 
 mod container;
 mod errs;
-mod quantity;
+pub(super) mod quantity;
 #[cfg(test)]
 mod tests;
 

@@ -11,13 +11,13 @@ const FORMAT: &str =
 
 /// A parsed quantity: its value in billionths (saturating), and how the server prints it.
 #[derive(Clone, Debug, PartialEq)]
-pub(super) struct Quantity {
+pub(crate) struct Quantity {
     pub nanos: i128,
     pub text: String,
 }
 
 /// A quantity as JSON carries it: a string or a number.
-pub(super) fn parse_json(v: &Value) -> Result<Quantity, String> {
+pub(crate) fn parse_json(v: &Value) -> Result<Quantity, String> {
     match v {
         // The server trims a quantity's JSON string before parsing it (`UnmarshalJSON`).
         Value::String(s) => parse(s.trim()),
