@@ -28,6 +28,9 @@ pub const LABEL_MEMBERSHIP: &str = "slices.dev/membership";
 /// Hash of what the pod was rendered from (its group's template, TPU shape, membership and
 /// head address): a pod whose hash is not its group's current one is outdated and replaced.
 pub const LABEL_TEMPLATE_HASH: &str = "slices.dev/template-hash";
+/// Hash of the labels and annotations the pod's template gave it: a pod whose hash is not
+/// its template's current one is patched in place (labels and annotations restart nothing).
+pub const LABEL_METADATA_HASH: &str = "slices.dev/metadata-hash";
 pub const ROLE_WORKER: &str = "worker";
 pub const ROLE_HEAD: &str = "head";
 /// Placeholder pods holding a hot spare slice (`slices.spares`).

@@ -125,7 +125,25 @@ impl World {
                 self.pods.push(Arc::new(pod));
             }
         }
+        self.apply_patches(plan);
         self.cluster.status = Some(plan.status.clone());
+    }
+
+    /// Merge each patch's labels and annotations into its pod, as the API server would.
+    fn apply_patches(&mut self, plan: &Plan) {
+        for patch in &plan.patch {
+            let Some(pod) = self.pods.iter_mut().find(|p| {
+                p.metadata.name.as_deref() == Some(patch.pod.name.as_str())
+                    && p.metadata.uid == patch.pod.uid
+            }) else {
+                continue;
+            };
+            let meta = &mut Arc::make_mut(pod).metadata;
+            let labels = meta.labels.get_or_insert_with(Default::default);
+            labels.extend(patch.labels.clone());
+            let annotations = meta.annotations.get_or_insert_with(Default::default);
+            annotations.extend(patch.annotations.clone());
+        }
     }
 
     /// Run until the plan is a no-op (at most `limit` steps), advancing time 1 s per step.

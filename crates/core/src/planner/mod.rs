@@ -43,6 +43,7 @@ pub mod policy;
 pub mod reason;
 pub mod refused;
 mod rejections;
+mod relabel;
 pub mod render;
 mod retire;
 pub mod revision;
@@ -60,7 +61,8 @@ pub use group_pods::GroupPods;
 pub use reason::{DeleteReason, DisruptionKind};
 pub use spares::{spare_pod, spare_pod_name, spare_pods};
 pub use types::{
-    EventAfter, EventType, GroupCreate, GroupDelete, Plan, PlanInput, PlannedEvent, PodRef,
+    EventAfter, EventType, GroupCreate, GroupDelete, Plan, PlanInput, PlannedEvent, PodPatch,
+    PodRef,
 };
 
 #[cfg(test)]

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Pod, PodAffinity, PodAffinityTerm, PodAntiAffinity, PodSpec, Service, ServicePort,
-    ServiceSpec,
+    Affinity, Pod, PodAffinity, PodAffinityTerm, PodAntiAffinity, PodSpec, PodTemplateSpec,
+    Service, ServicePort, ServiceSpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference,
@@ -95,6 +95,8 @@ pub fn head_pod(tc: &TrainCluster) -> Option<Pod> {
     if let Some(hash) = super::revision::head_hash(tc) {
         labels.insert(LABEL_TEMPLATE_HASH.into(), hash);
     }
+    let metadata_hash = super::revision::metadata_hash(&head.template);
+    labels.insert(LABEL_METADATA_HASH.into(), metadata_hash);
     let mut spec = head.template.spec.clone().unwrap_or_default();
     default_restart_policy(&mut spec);
     default_host_network_dns(&mut spec);
@@ -157,6 +159,20 @@ fn user_labels(labels: Option<BTreeMap<String, String>>) -> BTreeMap<String, Str
     let mut labels = labels.unwrap_or_default();
     labels.retain(|key, _| !key.starts_with(LABEL_PREFIX));
     labels
+}
+
+/// The labels and annotations a template gives its pods: its own, without any the operator
+/// writes itself (`slices.dev/`, and the `app.kubernetes.io/` labels every pod gets).
+pub fn template_metadata(
+    template: &PodTemplateSpec,
+) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    let meta = template.metadata.as_ref();
+    let operator_labels = base_labels("", "");
+    let mut labels = user_labels(meta.and_then(|m| m.labels.clone()));
+    labels.retain(|k, _| !operator_labels.contains_key(k));
+    let mut annotations = meta.and_then(|m| m.annotations.clone()).unwrap_or_default();
+    annotations.retain(|k, _| !k.starts_with(LABEL_PREFIX));
+    (labels, annotations)
 }
 
 /// The `slices.dev/` labels a TrainCluster's templates carry (dropped from its pods).
@@ -253,6 +269,8 @@ pub fn worker_pod(
     labels.insert(LABEL_GROUP_KEY.into(), key.clone());
     labels.insert(LABEL_INCARNATION.into(), placement.incarnation.to_string());
     labels.insert(LABEL_TEMPLATE_HASH.into(), placement.template_hash.clone());
+    let metadata_hash = super::revision::metadata_hash(template);
+    labels.insert(LABEL_METADATA_HASH.into(), metadata_hash);
     labels.insert(
         LABEL_MEMBERSHIP.into(),
         membership_label(tc.spec.membership).into(),

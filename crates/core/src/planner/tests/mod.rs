@@ -6,6 +6,7 @@ mod elastic;
 mod failures;
 mod hygiene;
 mod lifecycle;
+mod metadata;
 mod placement;
 mod recovery;
 mod rejections;
