@@ -1,4 +1,5 @@
-//! Carrying out a plan's pod actions: every group's deletes at once, then every worker
+//! Carrying out a plan's pod actions: every group's deletes at once, the label patches,
+//! then every worker
 //! group's creates at once, then the head, then hot spares; all pod calls of the plan share
 //! one limit (`--api-concurrency`).
 
@@ -13,6 +14,7 @@ use tracing::info;
 use crate::api_call::{bounded, rejection};
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::executor::patches::patch_pods;
 use crate::executor::pods::{CallLimit, create_group, delete_group};
 use crate::executor::progress::Progress;
 
@@ -66,6 +68,8 @@ pub async fn apply_pods(
     if let Some(e) = first_error {
         return Err(e);
     }
+    // Before the creates: a refused create never keeps labels from reaching running pods.
+    patch_pods(&pod_api, &plan.patch, &limit).await?;
     // Workers, then the head, then hot spares (planned last): a refused placeholder never
     // keeps a worker or the head from being created.
     let workers = plan.create.iter().take_while(|c| !c.spare).count();
