@@ -113,13 +113,21 @@ pub const ENV_TPU_SKIP_MDS_QUERY: &str = "TPU_SKIP_MDS_QUERY";
 pub const ENV_HEAD_HOST: &str = "SLICES_HEAD_HOST";
 /// `SLICES_HEAD_PORT_<NAME>`: each named container port of the head template.
 pub const ENV_HEAD_PORT_PREFIX: &str = "SLICES_HEAD_PORT_";
+/// Where Ray workers find the head (`<head host>:<port named gcs>`), as Ray reads it.
+pub const ENV_RAY_ADDRESS: &str = "RAY_ADDRESS";
+/// Where JAX finds its coordinator, when the head is it (`<head host>:<port named
+/// jax-coordinator>`); JAX reads it before any cluster detection.
+pub const ENV_JAX_COORDINATOR_ADDRESS: &str = "JAX_COORDINATOR_ADDRESS";
+/// The head port whose number goes into `RAY_ADDRESS` (Ray's GCS port, named as KubeRay does).
+pub const HEAD_PORT_RAY_GCS: &str = "gcs";
+/// The head port that makes the head the JAX coordinator (`JAX_COORDINATOR_ADDRESS`).
+pub const HEAD_PORT_JAX_COORDINATOR: &str = "jax-coordinator";
+/// Framework variables the operator sets from the head, where a template's own value wins
+/// (and is reported once when it differs).
+pub const ENV_USER_WINS: &[&str] = &[ENV_RAY_ADDRESS, ENV_JAX_COORDINATOR_ADDRESS];
 /// User values for these are dropped from TPU worker templates: each would override the
-/// operator's contract inside JAX (process list, coordinator).
-pub const ENV_RESERVED: &[&str] = &[
-    ENV_TPU_PROCESS_ADDRESSES,
-    ENV_TPU_PROCESS_PORT,
-    "JAX_COORDINATOR_ADDRESS",
-];
+/// operator's contract inside JAX (the process list).
+pub const ENV_RESERVED: &[&str] = &[ENV_TPU_PROCESS_ADDRESSES, ENV_TPU_PROCESS_PORT];
 /// Prefix of keys the operator owns: user values under it are dropped, never merged.
 pub const ENV_MEGASCALE_PREFIX: &str = "MEGASCALE_";
 pub const MEGASCALE_PORT: u16 = 8081;

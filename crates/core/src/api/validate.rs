@@ -214,6 +214,7 @@ pub fn resolve(tc: &TrainCluster) -> Result<Vec<ResolvedGroup<'_>>, Vec<FieldErr
             });
         }
         errors.extend(super::template::check(&head.template, at));
+        errors.extend(unnamed_head_ports(&head.template));
     }
     if spec.success_policy == super::SuccessPolicy::Head && spec.head.is_none() {
         errors.push(FieldError {
@@ -226,6 +227,27 @@ pub fn resolve(tc: &TrainCluster) -> Result<Vec<ResolvedGroup<'_>>, Vec<FieldErr
     } else {
         Err(errors)
     }
+}
+
+/// Workers find each head port by its name (`SLICES_HEAD_PORT_<NAME>`): a port without
+/// one could never be found, so it is refused, naming the field.
+fn unnamed_head_ports(template: &PodTemplateSpec) -> Vec<FieldError> {
+    let containers = template.spec.iter().flat_map(|s| &s.containers);
+    let mut errors = Vec::new();
+    for (c, container) in containers.enumerate() {
+        for (p, port) in container.ports.iter().flatten().enumerate() {
+            if port.name.as_deref().is_none_or(str::is_empty) {
+                errors.push(FieldError {
+                    field: format!("spec.head.template.spec.containers[{c}].ports[{p}].name"),
+                    message: format!(
+                        "a head port needs a name: workers find it as SLICES_HEAD_PORT_<NAME> (port {} has none); name it, e.g. gcs for Ray's GCS port (which also sets RAY_ADDRESS)",
+                        port.container_port
+                    ),
+                });
+            }
+        }
+    }
+    errors
 }
 
 /// Chips per host requested by the template: the `google.com/tpu` limit (or request) of its

@@ -146,6 +146,7 @@ impl<'a> Planner<'a> {
             return self.wind_down(pods);
         }
         self.warn_reserved_labels();
+        self.warn_head_env_overrides();
         // Slices our pods are pinned to are taken, whatever a moment-old inventory says.
         // 64 pods to a slice: one allocation per slice, not per pod.
         for slice in pods.iter().filter_map(|f| f.slice) {
@@ -201,6 +202,25 @@ impl<'a> Planner<'a> {
                     "labels under {} are the operator's own and were left off the pods: {}; remove them from the template",
                     crate::constants::LABEL_PREFIX,
                     dropped.join(", ")
+                ),
+            );
+        }
+    }
+
+    /// A template's own `RAY_ADDRESS` or `JAX_COORDINATOR_ADDRESS` wins over the head's
+    /// address; where they differ, that is said once per generation of the spec.
+    fn warn_head_env_overrides(&mut self) {
+        if self.previous.observed_generation == self.tc.metadata.generation {
+            return;
+        }
+        let overrides = super::env::head_env_overrides(self.tc);
+        if !overrides.is_empty() {
+            self.emit(
+                EventType::Warning,
+                "HeadAddressOverridden",
+                format!(
+                    "the template's own value is used, not the head's address: {}; remove it to use the head",
+                    overrides.join(", ")
                 ),
             );
         }

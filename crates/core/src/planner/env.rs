@@ -78,8 +78,10 @@ pub fn tpu_env(
     env
 }
 
-/// Where workers find the head: its stable DNS name and each named port of its template
-/// (`SLICES_HEAD_PORT_<NAME>`, upper case, `-` as `_`). Empty without a head.
+/// Where workers find the head: its stable DNS name, each named port of its template
+/// (`SLICES_HEAD_PORT_<NAME>`, upper case, `-` as `_`), and the names the frameworks read:
+/// `RAY_ADDRESS` from the port named `gcs`, `JAX_COORDINATOR_ADDRESS` from the port named
+/// `jax-coordinator`. Empty without a head.
 pub fn head_env(tc: &TrainCluster) -> Vec<(String, String)> {
     let Some(head) = tc.spec.head.as_ref() else {
         return Vec::new();
@@ -90,32 +92,74 @@ pub fn head_env(tc: &TrainCluster) -> Vec<(String, String)> {
         head_pod_name(cluster),
         headless_service_name(cluster)
     );
-    let mut env = vec![(ENV_HEAD_HOST.to_string(), host)];
+    let mut env = vec![(ENV_HEAD_HOST.to_string(), host.clone())];
+    let mut frameworks = Vec::new();
     let containers = head.template.spec.iter().flat_map(|s| &s.containers);
     for port in containers.flat_map(|c| c.ports.iter().flatten()) {
-        if let Some(name) = &port.name {
-            let key = format!(
-                "{ENV_HEAD_PORT_PREFIX}{}",
-                name.to_ascii_uppercase().replace('-', "_")
-            );
-            env.push((key, port.container_port.to_string()));
+        // Unnamed ports are refused by validation: no variable could name them.
+        let Some(name) = &port.name else { continue };
+        let key = format!(
+            "{ENV_HEAD_PORT_PREFIX}{}",
+            name.to_ascii_uppercase().replace('-', "_")
+        );
+        env.push((key, port.container_port.to_string()));
+        let framework = match name.as_str() {
+            HEAD_PORT_RAY_GCS => ENV_RAY_ADDRESS,
+            HEAD_PORT_JAX_COORDINATOR => ENV_JAX_COORDINATOR_ADDRESS,
+            _ => continue,
+        };
+        let address = format!("{host}:{}", port.container_port);
+        frameworks.push((framework.to_string(), address));
+    }
+    env.extend(frameworks);
+    env
+}
+
+/// The template env values that win over the head's address but differ from it, as the
+/// fields they are at (`spec.workerGroups[i].template.spec.containers[c].env[NAME]`).
+pub fn head_env_overrides(tc: &TrainCluster) -> Vec<String> {
+    let ours = head_env(tc);
+    let mut found = Vec::new();
+    for (i, group) in tc.spec.worker_groups.iter().enumerate() {
+        let containers = group.template.spec.iter().flat_map(|s| &s.containers);
+        for (c, container) in containers.enumerate() {
+            for var in container.env.iter().flatten() {
+                let Some((_, value)) = ours.iter().find(|(k, _)| *k == var.name) else {
+                    continue;
+                };
+                if ENV_USER_WINS.contains(&var.name.as_str()) && var.value.as_ref() != Some(value) {
+                    let at = format!("spec.workerGroups[{i}].template.spec.containers[{c}]");
+                    found.push(format!("{at}.env[{}] (the head is at {value})", var.name));
+                }
+            }
         }
     }
-    env
+    found
 }
 
 /// The operator is the authority for the contract's keys: drop any value the user (or a
 /// webhook-shaped template) set for them, every `MEGASCALE_*` and `SLICES_HEAD_*` key and
-/// the keys that would steer JAX elsewhere ([`ENV_RESERVED`]), then append ours.
-/// Other user env is kept in order.
+/// the keys that would steer JAX elsewhere ([`ENV_RESERVED`]), then append ours. The
+/// framework variables of [`ENV_USER_WINS`] are the exception: a value the template sets
+/// is kept and ours left out. Other user env is kept in order.
 pub fn set_operator_env<K: AsRef<str>>(env: &mut Vec<EnvVar>, ours: &[(K, String)]) {
+    let user_wins = |name: &str| ENV_USER_WINS.contains(&name);
     env.retain(|e| {
-        !e.name.starts_with(ENV_MEGASCALE_PREFIX)
-            && !e.name.starts_with(ENV_HEAD_PORT_PREFIX)
-            && !ENV_RESERVED.contains(&e.name.as_str())
-            && !ours.iter().any(|(k, _)| k.as_ref() == e.name)
+        user_wins(&e.name)
+            || !e.name.starts_with(ENV_MEGASCALE_PREFIX)
+                && !e.name.starts_with(ENV_HEAD_PORT_PREFIX)
+                && !ENV_RESERVED.contains(&e.name.as_str())
+                && !ours.iter().any(|(k, _)| k.as_ref() == e.name)
     });
-    env.extend(ours.iter().map(|(k, v)| EnvVar {
+    let theirs: Vec<String> = env
+        .iter()
+        .filter(|e| user_wins(&e.name))
+        .map(|e| e.name.clone())
+        .collect();
+    let added = ours
+        .iter()
+        .filter(|(k, _)| !theirs.iter().any(|t| t == k.as_ref()));
+    env.extend(added.map(|(k, v)| EnvVar {
         name: k.as_ref().to_string(),
         value: Some(v.clone()),
         value_from: None,

@@ -12,7 +12,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 use kube::Resource;
 
 use super::GroupPods;
-pub use super::env::{GroupPlacement, PinnedSlice, head_env, set_operator_env, tpu_env};
+pub use super::env::{
+    GroupPlacement, PinnedSlice, head_env, head_env_overrides, set_operator_env, tpu_env,
+};
 pub use super::names::{head_pod_name, headless_service_name, worker_hostname, worker_pod_name};
 use crate::api::{Membership, TrainCluster, validate::ResolvedGroup};
 use crate::constants::*;

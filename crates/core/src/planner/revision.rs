@@ -103,7 +103,8 @@ fn head_ports(tc: &TrainCluster) -> Value {
         .flat_map(|c| c.ports.iter().flatten())
         .map(|p| json!({"name": p.name, "port": p.container_port}))
         .collect();
-    json!({ "ports": ports })
+    // Present even without ports: a head gives every worker its address.
+    json!({ "present": true, "ports": ports })
 }
 
 /// The hash of everything a worker pod of `group` is rendered from, apart from where it is

@@ -4,6 +4,7 @@
 mod creation;
 mod elastic;
 mod failures;
+mod head_env;
 mod hygiene;
 mod lifecycle;
 mod metadata;
