@@ -77,20 +77,20 @@ const GOLDEN: &[(&str, &str, Option<&str>, &str)] = &[
     (
         "ray-multislice",
         "tpu",
-        Some("be2acbe2d0f275fc"),
-        "v2-76a7dde9d386cde1",
+        Some("4f98a5dafa86f5ff"),
+        "v2-3ac826900aa9b471",
     ),
     (
         "ray-multislice",
         "head",
-        Some("5a4cf696d425c2b7"),
-        "v2-d642b685cfc9ab97",
+        Some("4d8adab016d82486"),
+        "v2-ea65513fa6f0eab0",
     ),
     (
         "ray-multislice@c64b703",
         "tpu",
         Some("be2acbe2d0f275fc"),
-        "v2-76a7dde9d386cde1",
+        "v2-9dc782541f39926c",
     ),
     (
         "ray-multislice@c64b703",
