@@ -499,3 +499,32 @@ def test_without_tpu_vm_jax_does_not_pick_gke_tpu(tmp_path, monkeypatch):
             m.setenv(k, v)
         m.setattr(cloud_tpu_cluster, "running_in_cloud_tpu_vm", False)
         assert not cloud_tpu_cluster.GkeTpuCluster.is_env_present()
+
+
+# ------------------------------------------------------- the head as JAX's coordinator
+
+
+def test_jax_takes_a_coordinator_head_as_its_coordinator(tmp_path, monkeypatch):
+    """A head declaring a port named jax-coordinator is every worker's coordinator: JAX reads
+    JAX_COORDINATOR_ADDRESS before cluster detection, and still numbers the processes from
+    the TPU env."""
+    case = CASES[1]
+    doc = yaml.safe_load(train_cluster_yaml(case))
+    doc["spec"]["head"] = {"template": {"spec": {"containers": [{
+        "name": "coordinator", "image": "python:3.11",
+        "ports": [{"name": "jax-coordinator", "containerPort": 8482}],
+    }]}}}
+    path = tmp_path / "head.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    pods = require_binary()(path, case.slices)
+    head = next(p for p in pods if p["metadata"]["labels"].get("slices.dev/role") == "head")
+    workers = [p for p in pods if p is not head]
+    want = f"{pod_dns(head)}:8482"
+    dets = detect_all(workers, monkeypatch)
+    for d in dets:
+        assert d.env_class == "GkeTpuCluster", d
+        assert d.coordinator_address == want, d
+        assert d.client_args == (want, d.process_id), d
+    n = case.slices * case.hosts
+    assert sorted(d.process_id for d in dets) == list(range(n))
+    assert {d.num_processes for d in dets} == {n}
