@@ -57,6 +57,14 @@ pub const LABEL_APP_INSTANCE: &str = "app.kubernetes.io/instance";
 pub const LABEL_APP_COMPONENT: &str = "app.kubernetes.io/component";
 pub const LABEL_APP_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const APP_NAME: &str = "traincluster";
+/// The `app.kubernetes.io/` labels the operator sets on every pod: never taken from a
+/// template.
+pub const APP_LABELS: &[&str] = &[
+    LABEL_APP_NAME,
+    LABEL_APP_INSTANCE,
+    LABEL_APP_COMPONENT,
+    LABEL_APP_MANAGED_BY,
+];
 
 // GKE node labels, resources and taints the operator reads.
 pub const NODE_LABEL_ACCELERATOR: &str = "cloud.google.com/gke-tpu-accelerator";

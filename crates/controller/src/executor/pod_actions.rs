@@ -1,7 +1,6 @@
-//! Carrying out a plan's pod actions: every group's deletes at once, the label patches,
-//! then every worker
-//! group's creates at once, then the head, then hot spares; all pod calls of the plan share
-//! one limit (`--api-concurrency`).
+//! Carrying out a plan's pod actions: every group's deletes at once, the label patches, then
+//! every worker group's creates at once, then the head, then hot spares; all pod calls of
+//! the plan share one limit (`--api-concurrency`).
 
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::Pod;
@@ -18,7 +17,7 @@ use crate::executor::patches::patch_pods;
 use crate::executor::pods::{CallLimit, create_group, delete_group};
 use crate::executor::progress::Progress;
 
-/// Deletes, then creates, then the head pod, then spares. On a failure the actions that
+/// Deletes, then label patches, then creates, then the head pod, then spares. On a failure the actions that
 /// went through are still recorded, and the first failure (in plan order) is returned.
 pub async fn apply_pods(
     ctx: &Context,

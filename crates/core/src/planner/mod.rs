@@ -31,6 +31,7 @@ mod completion;
 pub mod creates;
 mod effects;
 mod env;
+mod fnv;
 mod group;
 mod group_pods;
 mod head;
@@ -53,6 +54,7 @@ mod spares;
 mod state;
 mod status;
 mod stuck;
+mod template_meta;
 mod text;
 mod types;
 

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Pod, PodAffinity, PodAffinityTerm, PodAntiAffinity, PodSpec, PodTemplateSpec,
-    Service, ServicePort, ServiceSpec,
+    Affinity, Pod, PodAffinity, PodAffinityTerm, PodAntiAffinity, PodSpec, Service, ServicePort,
+    ServiceSpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference,
@@ -16,7 +16,9 @@ pub use super::env::{
     GroupPlacement, PinnedSlice, head_env, head_env_overrides, set_operator_env, tpu_env,
 };
 pub use super::names::{head_pod_name, headless_service_name, worker_hostname, worker_pod_name};
-use crate::api::{Membership, TrainCluster, validate::ResolvedGroup};
+use super::template_meta::user_labels;
+pub use super::template_meta::{membership_label, template_metadata};
+use crate::api::{TrainCluster, validate::ResolvedGroup};
 use crate::constants::*;
 
 /// A short, stable key naming one group incarnation (exclusive placement selector).
@@ -29,7 +31,7 @@ pub fn group_key(
 ) -> String {
     let (replica, incarnation) = (replica.to_string(), incarnation.to_string());
     let parts = [namespace, cluster, group, &replica, &incarnation];
-    let hash = super::revision::fnv1a(parts.iter().map(|p| p.as_bytes()));
+    let hash = super::fnv::fnv1a(parts.iter().map(|p| p.as_bytes()));
     format!("{hash:016x}")
 }
 
@@ -107,14 +109,6 @@ pub fn head_pod(tc: &TrainCluster) -> Option<Pod> {
     Some(owned_pod(tc, name, labels, meta.annotations, spec))
 }
 
-/// The value of [`LABEL_MEMBERSHIP`].
-pub fn membership_label(membership: Membership) -> &'static str {
-    match membership {
-        Membership::Multislice => "Multislice",
-        Membership::Independent => "Independent",
-    }
-}
-
 /// `Never` unless the template says otherwise: the operator replaces a group whose container
 /// restarted anyway, and only a container that is not restarted can end the pod `Succeeded`
 /// (with the API's default, `Always`, a worker that exits 0 is restarted forever).
@@ -153,28 +147,6 @@ fn ensure_tpu_request(spec: &mut PodSpec, chips_per_host: u32) {
         map.get_or_insert_with(BTreeMap::new)
             .insert(TPU_RESOURCE.to_string(), chips.clone());
     }
-}
-
-/// A template's labels without the operator's own (`slices.dev/`): only the operator writes
-/// those, so a template cannot pose as another group, slice or cluster.
-fn user_labels(labels: Option<BTreeMap<String, String>>) -> BTreeMap<String, String> {
-    let mut labels = labels.unwrap_or_default();
-    labels.retain(|key, _| !key.starts_with(LABEL_PREFIX));
-    labels
-}
-
-/// The labels and annotations a template gives its pods: its own, without any the operator
-/// writes itself (`slices.dev/`, and the `app.kubernetes.io/` labels every pod gets).
-pub fn template_metadata(
-    template: &PodTemplateSpec,
-) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
-    let meta = template.metadata.as_ref();
-    let operator_labels = base_labels("", "");
-    let mut labels = user_labels(meta.and_then(|m| m.labels.clone()));
-    labels.retain(|k, _| !operator_labels.contains_key(k));
-    let mut annotations = meta.and_then(|m| m.annotations.clone()).unwrap_or_default();
-    annotations.retain(|k, _| !k.starts_with(LABEL_PREFIX));
-    (labels, annotations)
 }
 
 /// The `slices.dev/` labels a TrainCluster's templates carry (dropped from its pods).

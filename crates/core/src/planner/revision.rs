@@ -15,6 +15,8 @@
 mod canonical;
 pub mod legacy;
 
+pub use super::fnv::fnv1a;
+
 use serde_json::{Map, Value, json};
 
 use crate::api::TrainCluster;
@@ -64,19 +66,6 @@ pub const POD_FIELDS: &[&str] = &[
     "volumes",
 ];
 
-/// FNV-1a over `parts` (each followed by a 0 byte): stable across releases and platforms,
-/// unlike std's hasher, so a restarted operator computes the same hashes.
-pub fn fnv1a<'p>(parts: impl IntoIterator<Item = &'p [u8]>) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for part in parts {
-        for b in part.iter().copied().chain(std::iter::once(0)) {
-            hash ^= u64::from(b);
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    hash
-}
-
 fn hash_of(value: &Value) -> String {
     let text = canonical::text(value);
     format!("{SCHEME}{:016x}", fnv1a([text.as_bytes()]))
@@ -122,7 +111,7 @@ pub fn group_hash(tc: &TrainCluster, group: &ResolvedGroup<'_>) -> String {
         "pod": pod_fields(&group.spec.template),
         "tpu": tpu,
         "hosts": group.hosts,
-        "membership": crate::planner::render::membership_label(tc.spec.membership),
+        "membership": super::template_meta::membership_label(tc.spec.membership),
         "head": head_ports(tc),
     }))
 }
@@ -136,7 +125,7 @@ pub fn head_hash(tc: &TrainCluster) -> Option<String> {
 /// The hash of the labels and annotations a template gives its pods (the operator's own
 /// left out): a pod carrying another one is patched, not replaced.
 pub fn metadata_hash(template: &PodTemplateSpec) -> String {
-    let (labels, annotations) = crate::planner::render::template_metadata(template);
+    let (labels, annotations) = super::template_meta::template_metadata(template);
     hash_of(&json!({ "labels": labels, "annotations": annotations }))
 }
 

@@ -8,9 +8,9 @@
 
 use serde_json::json;
 
-use super::fnv1a;
 use crate::api::TrainCluster;
 use crate::api::validate::ResolvedGroup;
+use crate::planner::fnv::fnv1a;
 use crate::planner::names::{head_pod_name, headless_service_name};
 
 fn hash_of(value: &serde_json::Value) -> String {
