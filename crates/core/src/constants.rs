@@ -31,6 +31,10 @@ pub const LABEL_TEMPLATE_HASH: &str = "slices.dev/template-hash";
 /// Hash of the labels and annotations the pod's template gave it: a pod whose hash is not
 /// its template's current one is patched in place (labels and annotations restart nothing).
 pub const LABEL_METADATA_HASH: &str = "slices.dev/metadata-hash";
+/// Annotation listing the label and annotation keys the pod took from its template (JSON
+/// `{"labels": [...], "annotations": [...]}`): a key the template no longer has is removed
+/// from the pod by the next label patch, and no one else's key ever is.
+pub const ANNOTATION_TEMPLATE_KEYS: &str = "slices.dev/template-keys";
 pub const ROLE_WORKER: &str = "worker";
 pub const ROLE_HEAD: &str = "head";
 /// Placeholder pods holding a hot spare slice (`slices.spares`).

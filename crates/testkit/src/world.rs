@@ -139,10 +139,14 @@ impl World {
                 continue;
             };
             let meta = &mut Arc::make_mut(pod).metadata;
-            let labels = meta.labels.get_or_insert_with(Default::default);
-            labels.extend(patch.labels.clone());
-            let annotations = meta.annotations.get_or_insert_with(Default::default);
-            annotations.extend(patch.annotations.clone());
+            merge(
+                meta.labels.get_or_insert_with(Default::default),
+                &patch.labels,
+            );
+            merge(
+                meta.annotations.get_or_insert_with(Default::default),
+                &patch.annotations,
+            );
         }
     }
 
@@ -348,5 +352,18 @@ impl<'a> Scheduler<'a> {
         let name = node.name().to_string();
         self.used.insert(name.clone());
         Some(name)
+    }
+}
+
+/// A JSON merge patch of one map: `Some` sets a key, `None` removes it.
+fn merge(
+    map: &mut std::collections::BTreeMap<String, String>,
+    patch: &std::collections::BTreeMap<String, Option<String>>,
+) {
+    for (key, value) in patch {
+        match value {
+            Some(v) => map.insert(key.clone(), v.clone()),
+            None => map.remove(key),
+        };
     }
 }

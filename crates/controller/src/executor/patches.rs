@@ -68,12 +68,17 @@ mod tests {
                 name: "p".into(),
                 uid: Some("u1".into()),
             },
-            labels: [("team".to_string(), "ml".to_string())].into(),
+            labels: [
+                ("team".to_string(), Some("ml".to_string())),
+                ("gone".to_string(), None),
+            ]
+            .into(),
             annotations: Default::default(),
         };
         assert_eq!(
             merge_patch(&patch),
-            json!({"metadata": {"uid": "u1", "labels": {"team": "ml"}, "annotations": {}}})
+            json!({"metadata": {"uid": "u1", "labels": {"team": "ml", "gone": null}, "annotations": {}}}),
+            "null removes a key (JSON merge patch)"
         );
     }
 }

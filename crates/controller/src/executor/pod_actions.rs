@@ -17,8 +17,9 @@ use crate::executor::patches::patch_pods;
 use crate::executor::pods::{CallLimit, create_group, delete_group};
 use crate::executor::progress::Progress;
 
-/// Deletes, then label patches, then creates, then the head pod, then spares. On a failure the actions that
-/// went through are still recorded, and the first failure (in plan order) is returned.
+/// Deletes, then label patches, then creates, then the head pod, then spares. On a failure
+/// the actions that went through are still recorded, and the first failure (in plan order)
+/// is returned.
 pub async fn apply_pods(
     ctx: &Context,
     tc: &TrainCluster,

@@ -17,7 +17,7 @@ pub use super::env::{
 };
 pub use super::names::{head_pod_name, headless_service_name, worker_hostname, worker_pod_name};
 use super::template_meta::user_labels;
-pub use super::template_meta::{membership_label, template_metadata};
+pub use super::template_meta::{membership_label, pod_annotations, template_metadata};
 use crate::api::{TrainCluster, validate::ResolvedGroup};
 use crate::constants::*;
 
@@ -93,8 +93,8 @@ pub fn head_pod(tc: &TrainCluster) -> Option<Pod> {
     let head = tc.spec.head.as_ref()?;
     let cluster = tc.metadata.name.clone().unwrap_or_default();
     let name = head_pod_name(&cluster);
-    let mut meta = head.template.metadata.clone().unwrap_or_default();
-    let mut labels = user_labels(meta.labels.take());
+    let meta = head.template.metadata.clone().unwrap_or_default();
+    let mut labels = user_labels(meta.labels);
     labels.extend(base_labels(&cluster, ROLE_HEAD));
     if let Some(hash) = super::revision::head_hash(tc) {
         labels.insert(LABEL_TEMPLATE_HASH.into(), hash);
@@ -106,7 +106,8 @@ pub fn head_pod(tc: &TrainCluster) -> Option<Pod> {
     default_host_network_dns(&mut spec);
     spec.hostname = Some(name.clone());
     spec.subdomain = Some(headless_service_name(&cluster));
-    Some(owned_pod(tc, name, labels, meta.annotations, spec))
+    let annotations = pod_annotations(&head.template);
+    Some(owned_pod(tc, name, labels, annotations, spec))
 }
 
 /// `Never` unless the template says otherwise: the operator replaces a group whose container
@@ -233,8 +234,8 @@ pub fn worker_pod(
     let key = group_key(namespace, cluster, gname, replica, placement.incarnation);
 
     let template = &group.spec.template;
-    let mut meta = template.metadata.clone().unwrap_or_default();
-    let mut labels = user_labels(meta.labels.take());
+    let meta = template.metadata.clone().unwrap_or_default();
+    let mut labels = user_labels(meta.labels);
     labels.extend(base_labels(cluster, ROLE_WORKER));
     labels.insert(LABEL_GROUP.into(), gname.into());
     labels.insert(LABEL_REPLICA_INDEX.into(), replica.to_string());
@@ -296,7 +297,7 @@ pub fn worker_pod(
             set_operator_env(container.env.get_or_insert_with(Vec::new), &env);
         }
     }
-    owned_pod(tc, name, labels, meta.annotations, spec)
+    owned_pod(tc, name, labels, pod_annotations(template), spec)
 }
 
 /// Keep all hosts of a group on one node pool, and other groups off it, so a cluster

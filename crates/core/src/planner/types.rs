@@ -68,14 +68,15 @@ pub struct GroupDelete {
     pub pods: Vec<PodRef>,
 }
 
-/// Labels and annotations to set on one running pod (a JSON merge patch of its metadata):
-/// its template's own, and the operator's hash labels at their current values. No other
-/// label is touched: not the operator's others, not anyone else's.
+/// Labels and annotations to set (`Some`) or remove (`None`) on one running pod, a JSON
+/// merge patch of its metadata: its template's own, the ones it took from an earlier
+/// template and the template no longer has, and the operator's hash labels and keys
+/// annotation. No other key is touched: not the operator's others, not anyone else's.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodPatch {
     pub pod: PodRef,
-    pub labels: BTreeMap<String, String>,
-    pub annotations: BTreeMap<String, String>,
+    pub labels: BTreeMap<String, Option<String>>,
+    pub annotations: BTreeMap<String, Option<String>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

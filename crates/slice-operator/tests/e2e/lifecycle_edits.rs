@@ -98,6 +98,22 @@ async fn a_label_added_to_a_running_multislice_job_reaches_every_pod_with_no_new
     assert_eq!(epochs, BTreeSet::from([epoch.to_string()]), "no new epoch");
     let status = env.tcs().get("ml").await.unwrap().status.unwrap();
     assert_eq!((status.groups[0].epoch, status.restarts), (epoch, 0));
+
+    // Removed from the template: removed from every pod, again with no restart.
+    edit_group(&env, "ml", |g| g.template.metadata = None).await;
+    let pods = env
+        .wait_for(
+            "the label gone from every pod",
+            std::time::Duration::from_secs(60),
+            || async {
+                let pods = env.all_worker_pods("ml").await;
+                let gone =
+                    pods.len() == 8 && pods.iter().all(|p| label(p, "cost-centre").is_empty());
+                gone.then_some(pods)
+            },
+        )
+        .await;
+    assert_eq!(uids(&pods), before, "still the same pods");
     env.stop().await;
 }
 
