@@ -9,7 +9,8 @@
 //! 2. `judge`: keep, wait for, or delete each replica; tally failures and preemptions.
 //! 3. `budget`: charge them to the restart budget; back off after a failure.
 //! 4. `size`: choose how many slices to run ([`policy`] holds the elastic arithmetic).
-//! 5. `retire`: delete, as whole groups, what the new size has no room for.
+//! 5. `retire`: delete, as whole groups, what the new size has no room for; `relabel`:
+//!    patch the labels and annotations of the replicas kept (`revision`: what is outdated).
 //! 6. `place`: create the missing groups on free slices ([`render`] writes their pods);
 //!    `spares`: a group placed on one of its hot spares makes its placeholders go, and the
 //!    spares are kept at what is wanted (their sets are observed in phase 1).
