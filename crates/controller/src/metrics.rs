@@ -35,6 +35,7 @@ pub struct Metrics {
     pub reconcile_duration: Histogram,
     pub groups_created: Counter,
     pub creates_refused: Counter,
+    pub pod_patches_failed: Counter,
     pub groups_deleted: Family<ReasonLabels, Counter>,
     pub desired_slices: Family<ClusterLabels, Gauge>,
     pub ready_slices: Family<ClusterLabels, Gauge>,
@@ -53,6 +54,7 @@ impl Default for Metrics {
         let reconcile_duration = Histogram::new(exponential_buckets(0.001, 2.0, 16));
         let groups_created = Counter::default();
         let creates_refused = Counter::default();
+        let pod_patches_failed = Counter::default();
         let groups_deleted = Family::<ReasonLabels, Counter>::default();
         let desired_slices = Family::<ClusterLabels, Gauge>::default();
         let ready_slices = Family::<ClusterLabels, Gauge>::default();
@@ -84,6 +86,11 @@ impl Default for Metrics {
             "creates_refused",
             "Pod creates the API server refused (each try)",
             creates_refused.clone(),
+        );
+        registry.register(
+            "pod_patches_failed",
+            "Label and annotation patches of running pods the API server did not take (each try)",
+            pod_patches_failed.clone(),
         );
         registry.register(
             "groups_deleted",
@@ -126,6 +133,7 @@ impl Default for Metrics {
             reconcile_duration,
             groups_created,
             creates_refused,
+            pod_patches_failed,
             groups_deleted,
             desired_slices,
             ready_slices,

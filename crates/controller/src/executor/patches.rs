@@ -2,16 +2,26 @@
 //! restarts nothing): one JSON merge patch of each pod's metadata, under the one field
 //! manager. The patch names only the template's keys and the operator's hash labels, so no
 //! other label (the operator's own, or anyone else's) is touched.
+//!
+//! A patch is never worth holding up a delete or a create for: patches are sent after them,
+//! and a failed one is logged, counted (`slice_operator_pod_patches_failed_total`) and
+//! reported by one Warning event per generation; it fails nothing. A patch refused as
+//! invalid (422, what the template checks did not foresee) is not sent again to that pod
+//! before the spec changes: it would be refused again at every reconcile.
 
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::Pod;
+use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
+use slice_core::api::TrainCluster;
 use slice_core::constants::FIELD_MANAGER;
-use slice_core::planner::PodPatch;
+use slice_core::planner::{EventType, PlannedEvent, PodPatch};
+use tracing::warn;
 
-use crate::api_call::bounded;
-use crate::error::Result;
+use crate::api_call::{bounded, is_invalid};
+use crate::context::Context;
+use crate::events;
 use crate::executor::pods::CallLimit;
 
 /// The merge patch of one pod. Its uid is in it: the server refuses the patch of a pod of
@@ -26,9 +36,22 @@ pub fn merge_patch(patch: &PodPatch) -> serde_json::Value {
     })
 }
 
-/// Patch every pod, all at once within `limit`. A pod gone or replaced meanwhile is left
-/// to the next plan; the first other failure is returned once all were tried.
-pub async fn patch_pods(api: &Api<Pod>, patches: &[PodPatch], limit: &CallLimit) -> Result<()> {
+/// A patch the server did not take.
+#[derive(Debug)]
+pub struct PatchFailure<'a> {
+    pub patch: &'a PodPatch,
+    /// Refused as invalid: sending it again cannot help.
+    pub invalid: bool,
+    pub message: String,
+}
+
+/// Patch every pod, all at once within `limit`. A pod gone or replaced meanwhile (404,
+/// 409) is left to the next plan; every other failure is returned.
+pub async fn patch_pods<'a>(
+    api: &Api<Pod>,
+    patches: &[&'a PodPatch],
+    limit: &CallLimit,
+) -> Vec<PatchFailure<'a>> {
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
@@ -38,22 +61,81 @@ pub async fn patch_pods(api: &Api<Pod>, patches: &[PodPatch], limit: &CallLimit)
         async move {
             let _permit = limit.acquire().await.expect("the limit is never closed");
             let body = Patch::Merge(merge_patch(p));
-            bounded(api.patch(&p.pod.name, params, &body))
-                .await
-                .map(|_| ())
+            bounded(api.patch(&p.pod.name, params, &body)).await
         }
     });
-    let mut first_error = None;
-    for result in join_all(calls).await {
-        match result {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 || s.code == 422 => {}
-            Err(e) => {
-                first_error.get_or_insert(e);
-            }
-        }
+    let results = join_all(calls).await;
+    let failed = patches.iter().zip(results).filter_map(|(patch, result)| {
+        let e = match result {
+            Ok(_) => return None,
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => return None,
+            Err(e) => e,
+        };
+        let message = match &e {
+            kube::Error::Api(s) => s.message.clone(),
+            other => other.to_string(),
+        };
+        Some(PatchFailure {
+            patch,
+            invalid: is_invalid(&e),
+            message,
+        })
+    });
+    failed.collect()
+}
+
+/// Send the plan's patches (all but those refused as invalid for this generation) and
+/// report the failures. Returns nothing: no failure of a patch fails the reconcile.
+pub async fn apply_patches(
+    ctx: &Context,
+    tc: &TrainCluster,
+    api: &Api<Pod>,
+    patches: &[PodPatch],
+    limit: &CallLimit,
+) {
+    let uid = tc.metadata.uid.as_deref().unwrap_or_default();
+    let generation = tc.metadata.generation;
+    let to_send: Vec<&PodPatch> = patches
+        .iter()
+        .filter(|p| !ctx.ledger.patch_refused(uid, generation, &p.pod))
+        .collect();
+    if to_send.is_empty() {
+        return;
     }
-    first_error.map_or(Ok(()), |e| Err(e.into()))
+    let failures = patch_pods(api, &to_send, limit).await;
+    let Some(example) = failures.first() else {
+        return;
+    };
+    for f in &failures {
+        warn!(pod = %f.patch.pod.name, invalid = f.invalid, message = %f.message, "could not patch a pod's labels and annotations");
+        ctx.metrics.pod_patches_failed.inc();
+    }
+    let refused = failures.iter().filter(|f| f.invalid).map(|f| &f.patch.pod);
+    if ctx.ledger.patches_failed(uid, generation, refused) {
+        let event = patch_failed(example, failures.len());
+        events::publish(&ctx.recorder, &ctx.ledger, &tc.object_ref(&()), &[event]).await;
+    }
+}
+
+/// The one event of a generation's failed patches: the first pod and the server's words.
+fn patch_failed(first: &PatchFailure<'_>, count: usize) -> PlannedEvent {
+    let others = match count {
+        1 => String::new(),
+        n => format!(" (and {} other pods)", n - 1),
+    };
+    let after = match first.invalid {
+        true => "not sent again to these pods before the spec changes",
+        false => "tried again at the next reconcile",
+    };
+    PlannedEvent {
+        type_: EventType::Warning,
+        reason: "PodPatchFailed",
+        note: format!(
+            "the template's labels and annotations could not be patched onto pod {}{others}: {}; {after}",
+            first.patch.pod.name, first.message
+        ),
+        after: None,
+    }
 }
 
 #[cfg(test)]
