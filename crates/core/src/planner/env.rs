@@ -78,8 +78,8 @@ pub fn tpu_env(
     env
 }
 
-/// Where workers find the head: its stable DNS name, each named port of its template
-/// (`SLICES_HEAD_PORT_<NAME>`, upper case, `-` as `_`), and the names the frameworks read:
+/// Where workers find the head: its stable DNS name, each port of its template
+/// (`SLICES_HEAD_PORT_<NAME>`, upper case, `-` as `_`; an unnamed one by its number), and the names the frameworks read:
 /// `RAY_ADDRESS` from the port named `gcs`, `JAX_COORDINATOR_ADDRESS` from the port named
 /// `jax-coordinator`. Empty without a head.
 pub fn head_env(tc: &TrainCluster) -> Vec<(String, String)> {
@@ -96,14 +96,12 @@ pub fn head_env(tc: &TrainCluster) -> Vec<(String, String)> {
     let mut frameworks = Vec::new();
     let containers = head.template.spec.iter().flat_map(|s| &s.containers);
     for port in containers.flat_map(|c| c.ports.iter().flatten()) {
-        // Unnamed ports are refused by validation: no variable could name them.
-        let Some(name) = &port.name else { continue };
-        let key = format!(
-            "{ENV_HEAD_PORT_PREFIX}{}",
-            name.to_ascii_uppercase().replace('-', "_")
-        );
-        env.push((key, port.container_port.to_string()));
-        let framework = match name.as_str() {
+        let name = port.name.as_deref().unwrap_or_default();
+        env.push((
+            head_port_key(name, port.container_port),
+            port.container_port.to_string(),
+        ));
+        let framework = match name {
             HEAD_PORT_RAY_GCS => ENV_RAY_ADDRESS,
             HEAD_PORT_JAX_COORDINATOR => ENV_JAX_COORDINATOR_ADDRESS,
             _ => continue,
@@ -113,6 +111,19 @@ pub fn head_env(tc: &TrainCluster) -> Vec<(String, String)> {
     }
     env.extend(frameworks);
     env
+}
+
+/// The variable of a head port: by its name, else by its number. A port name has a letter,
+/// so the two never collide; an unnamed port (which an earlier release let through) still
+/// has a variable the workers can use.
+fn head_port_key(name: &str, number: i32) -> String {
+    match name {
+        "" => format!("{ENV_HEAD_PORT_PREFIX}{number}"),
+        name => format!(
+            "{ENV_HEAD_PORT_PREFIX}{}",
+            name.to_ascii_uppercase().replace('-', "_")
+        ),
+    }
 }
 
 /// The template env values that win over the head's address but differ from it, as the

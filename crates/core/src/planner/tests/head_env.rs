@@ -1,6 +1,6 @@
 //! The head's address in the names Ray and JAX read: `RAY_ADDRESS` from the port named
 //! `gcs`, `JAX_COORDINATOR_ADDRESS` from the port named `jax-coordinator`; a template's own
-//! value wins and is reported once; a head port without a name is refused.
+//! value wins and is reported once; a head port without a name is known by its number.
 
 use super::*;
 use kube::ResourceExt;
@@ -122,18 +122,24 @@ fn a_templates_own_address_equal_to_the_heads_is_no_conflict() {
     assert!(crate::planner::render::head_env_overrides(&tc).is_empty());
 }
 
+/// A cluster an earlier release ran with an unnamed head port stays valid (it would stop
+/// being managed otherwise): its workers find the port by its number.
 #[test]
-fn a_head_port_without_a_name_is_refused_naming_the_field() {
+fn a_head_port_without_a_name_gets_a_variable_by_its_number() {
     let tc = with_head_ports(vec![port(Some("gcs"), 6379), port(None, 8265)]);
-    let errors = validate::resolve(&tc).unwrap_err();
-    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(validate::resolve(&tc).is_ok(), "valid as it is");
     assert_eq!(
-        errors[0].field,
-        "spec.head.template.spec.containers[0].ports[1].name"
+        worker_env(&tc, "SLICES_HEAD_PORT_8265").as_deref(),
+        Some("8265")
     );
-    assert!(
-        errors[0].message.contains("SLICES_HEAD_PORT_<NAME>"),
-        "{}",
-        errors[0].message
+    assert_eq!(
+        worker_env(&tc, "SLICES_HEAD_PORT_GCS").as_deref(),
+        Some("6379")
+    );
+    let empty = with_head_ports(vec![port(Some(""), 8080)]);
+    assert_eq!(
+        worker_env(&empty, "SLICES_HEAD_PORT_8080").as_deref(),
+        Some("8080"),
+        "an empty name is no name"
     );
 }
