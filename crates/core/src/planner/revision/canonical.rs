@@ -3,10 +3,12 @@
 //! on by any crate in the build), with the typed API's version (a field it now keeps, an
 //! optional one written as `null`), and neither may restart a running job.
 //!
-//! The rules: object keys in byte order; `null`, `{}` and `[]` (after these rules are
-//! applied inside them) are left out, as the API server treats them as unset; strings are
-//! quoted with only `"`, `\` and control characters escaped; numbers as integers where they
-//! are, else in Rust's shortest round-trip form.
+//! The rules: object keys in byte order; a field whose value is `null` or `[]` is left out
+//! (an optional field of a newer API version is `null` until set, and an empty list means
+//! what no list means); `{}` is kept, since it is not unset: `labelSelector: {}` selects
+//! every pod where no selector selects none, and `emptyDir: {}` is a volume's source;
+//! strings are quoted with only `"`, `\` and control characters escaped; numbers as
+//! integers where they are, else in Rust's shortest round-trip form.
 
 use serde_json::Value;
 
@@ -17,12 +19,11 @@ pub fn text(value: &Value) -> String {
     out
 }
 
-/// A value the API server reads as unset.
+/// A value that means what its absence means.
 fn is_unset(value: &Value) -> bool {
     match value {
         Value::Null => true,
         Value::Array(items) => items.is_empty(),
-        Value::Object(map) => map.values().all(is_unset),
         _ => false,
     }
 }
@@ -95,8 +96,24 @@ mod tests {
 
     #[test]
     fn keys_are_sorted_and_unset_values_left_out() {
-        let value = json!({"b": 1, "a": {"z": null, "y": []}, "c": [null, {}, "x\"\n"], "d": {}});
-        assert_eq!(text(&value), r#"{"b":1,"c":[null,null,"x\"\u000a"]}"#);
+        let value = json!({"b": 1, "a": {"z": null, "y": []}, "c": [null, [], "x\"\n"], "e": null});
+        assert_eq!(
+            text(&value),
+            r#"{"a":{},"b":1,"c":[null,null,"x\"\u000a"]}"#
+        );
+    }
+
+    /// `{}` is not unset: an empty selector selects every pod (no selector selects none),
+    /// and an empty `emptyDir` is a volume's whole source.
+    #[test]
+    fn an_empty_object_is_kept_apart_from_no_value() {
+        let all = json!({"labelSelector": {}, "topologyKey": "zone"});
+        let none = json!({"labelSelector": null, "topologyKey": "zone"});
+        assert_ne!(text(&all), text(&none));
+        assert_eq!(text(&all), r#"{"labelSelector":{},"topologyKey":"zone"}"#);
+        let empty_dir = json!({"name": "v", "emptyDir": {}});
+        let downward = json!({"name": "v", "downwardAPI": {}});
+        assert_ne!(text(&empty_dir), text(&downward));
     }
 
     fn json_value() -> impl Strategy<Value = Value> {
