@@ -126,6 +126,7 @@ pub fn resolve(tc: &TrainCluster) -> Result<Vec<ResolvedGroup<'_>>, Vec<FieldErr
             &group.template,
             &format!("{at}.template"),
         ));
+        errors.extend(placement_fields(&group.template, &format!("{at}.template")));
         match (&group.tpu, group.hosts_per_group) {
             (Some(tpu), None) => {
                 let requested = match tpu_request(&group.template) {
@@ -214,7 +215,6 @@ pub fn resolve(tc: &TrainCluster) -> Result<Vec<ResolvedGroup<'_>>, Vec<FieldErr
             });
         }
         errors.extend(super::template::check(&head.template, at));
-        errors.extend(unnamed_head_ports(&head.template));
     }
     if spec.success_policy == super::SuccessPolicy::Head && spec.head.is_none() {
         errors.push(FieldError {
@@ -229,25 +229,31 @@ pub fn resolve(tc: &TrainCluster) -> Result<Vec<ResolvedGroup<'_>>, Vec<FieldErr
     }
 }
 
-/// Workers find each head port by its name (`SLICES_HEAD_PORT_<NAME>`): a port without
-/// one could never be found, so it is refused, naming the field.
-fn unnamed_head_ports(template: &PodTemplateSpec) -> Vec<FieldError> {
-    let containers = template.spec.iter().flat_map(|s| &s.containers);
-    let mut errors = Vec::new();
-    for (c, container) in containers.enumerate() {
-        for (p, port) in container.ports.iter().flatten().enumerate() {
-            if port.name.as_deref().is_none_or(str::is_empty) {
-                errors.push(FieldError {
-                    field: format!("spec.head.template.spec.containers[{c}].ports[{p}].name"),
-                    message: format!(
-                        "a head port needs a name: workers find it as SLICES_HEAD_PORT_<NAME> (port {} has none); name it, e.g. gcs for Ray's GCS port (which also sets RAY_ADDRESS)",
-                        port.container_port
-                    ),
-                });
-            }
-        }
-    }
-    errors
+/// The fields by which a worker template would take from the operator where its pods run
+/// and what they are called: `nodeName` bypasses the slice placement (and the scheduler),
+/// `hostnameOverride` renames the host `TPU_WORKER_HOSTNAMES` lists.
+fn placement_fields(template: &PodTemplateSpec, at: &str) -> Vec<FieldError> {
+    let Some(spec) = &template.spec else {
+        return Vec::new();
+    };
+    let fields = [
+        (
+            "nodeName",
+            spec.node_name.is_some(),
+            "the operator places each replica's pods on the nodes of one slice",
+        ),
+        (
+            "hostnameOverride",
+            spec.hostname_override.is_some(),
+            "the operator names each worker's host, as TPU_WORKER_HOSTNAMES lists them",
+        ),
+    ];
+    let set = fields.into_iter().filter(|(_, set, _)| *set);
+    set.map(|(field, _, why)| FieldError {
+        field: format!("{at}.spec.{field}"),
+        message: format!("Forbidden: {why}; remove {field} from the worker template"),
+    })
+    .collect()
 }
 
 /// Chips per host requested by the template: the `google.com/tpu` limit (or request) of its

@@ -235,8 +235,12 @@ fn labels_annotations_and_unset_fields_leave_the_template_hash_alone() {
     spec.containers[0].args = Some(Vec::new());
     assert_eq!(hash(&empty_lists), base, "an empty list is an unset field");
     let mut outside = tc.clone();
-    template_spec(&mut outside).node_name = Some("n1".into());
-    assert_eq!(hash(&outside), base, "nodeName is not among POD_FIELDS");
+    template_spec(&mut outside).hostname = Some("h1".into());
+    assert_eq!(
+        hash(&outside),
+        base,
+        "hostname is not among POD_FIELDS (the operator sets it)"
+    );
 }
 
 #[test]
