@@ -44,10 +44,9 @@ async fn the_ray_example_runs_to_succeeded_when_its_driver_exits_0() {
     assert_eq!(name, "ray");
     assert_eq!(status.phase, Phase::Succeeded, "{text}");
     assert_eq!((status.restarts, status.preemptions), (0, 0), "{text}");
-    assert!(
-        summary.elapsed < Duration::from_secs(25),
-        "settled once Succeeded, without waiting out the settle timeout: {text}"
-    );
+    // Settling at once on Succeeded (not waiting out the settle timeout) is the tracker's,
+    // tested there (`a_finished_run_is_no_disruption`): here the end is no disruption.
+    assert!(summary.recoveries.is_empty(), "{text}");
     assert_eq!(
         summary.groups_deleted.get("RunSucceeded"),
         Some(&1),

@@ -208,7 +208,8 @@ impl<'a> Planner<'a> {
     }
 
     /// A template's own `RAY_ADDRESS` or `JAX_COORDINATOR_ADDRESS` wins over the head's
-    /// address; where they differ, that is said once per generation of the spec.
+    /// address; where they differ, that is said once per generation of the spec. So is a
+    /// template's own coordinator where the head is none (it overrides TPU detection).
     fn warn_head_env_overrides(&mut self) {
         if self.previous.observed_generation == self.tc.metadata.generation {
             return;
@@ -221,6 +222,17 @@ impl<'a> Planner<'a> {
                 format!(
                     "the template's own value is used, not the head's address: {}; remove it to use the head",
                     overrides.join(", ")
+                ),
+            );
+        }
+        let coordinator = super::env::coordinator_overrides(self.tc);
+        if !coordinator.is_empty() {
+            self.emit(
+                EventType::Warning,
+                "CoordinatorOverridden",
+                format!(
+                    "JAX takes the template's own coordinator address before its TPU detection, so not slice 0 host 0 as the TPU env names: {}; remove it unless that coordinator really runs (or give the head a port named jax-coordinator)",
+                    coordinator.join(", ")
                 ),
             );
         }

@@ -148,6 +148,35 @@ pub fn head_env_overrides(tc: &TrainCluster) -> Vec<String> {
     found
 }
 
+/// A TPU worker template's own `JAX_COORDINATOR_ADDRESS` where no head port is JAX's
+/// coordinator, as the fields it is at: JAX reads it before its TPU detection, so it
+/// overrides the coordinator the TPU env names (slice 0 host 0).
+pub fn coordinator_overrides(tc: &TrainCluster) -> Vec<String> {
+    if head_env(tc)
+        .iter()
+        .any(|(k, _)| k == ENV_JAX_COORDINATOR_ADDRESS)
+    {
+        return Vec::new();
+    }
+    let mut found = Vec::new();
+    let tpu_groups = tc.spec.worker_groups.iter().enumerate();
+    for (i, group) in tpu_groups.filter(|(_, g)| g.tpu.is_some()) {
+        let containers = group.template.spec.iter().flat_map(|s| &s.containers);
+        for (c, container) in containers.enumerate() {
+            let vars = container.env.iter().flatten();
+            if vars
+                .into_iter()
+                .any(|v| v.name == ENV_JAX_COORDINATOR_ADDRESS)
+            {
+                found.push(format!(
+                    "spec.workerGroups[{i}].template.spec.containers[{c}].env[{ENV_JAX_COORDINATOR_ADDRESS}]"
+                ));
+            }
+        }
+    }
+    found
+}
+
 /// The operator is the authority for the contract's keys: drop any value the user (or a
 /// webhook-shaped template) set for them, every `MEGASCALE_*` and `SLICES_HEAD_*` key and
 /// the keys that would steer JAX elsewhere ([`ENV_RESERVED`]), then append ours. The

@@ -13,7 +13,8 @@ use kube::Resource;
 
 use super::GroupPods;
 pub use super::env::{
-    GroupPlacement, PinnedSlice, head_env, head_env_overrides, set_operator_env, tpu_env,
+    GroupPlacement, PinnedSlice, coordinator_overrides, head_env, head_env_overrides,
+    set_operator_env, tpu_env,
 };
 pub use super::names::{head_pod_name, headless_service_name, worker_hostname, worker_pod_name};
 use super::template_meta::user_labels;

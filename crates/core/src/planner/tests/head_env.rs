@@ -143,3 +143,41 @@ fn a_head_port_without_a_name_gets_a_variable_by_its_number() {
         "an empty name is no name"
     );
 }
+
+/// A template's own `JAX_COORDINATOR_ADDRESS` where no head port is JAX's coordinator steers
+/// every worker's JAX away from the coordinator its TPU env names: reported once per
+/// generation, naming the field.
+#[test]
+fn a_templates_own_coordinator_without_a_coordinator_head_is_reported_once() {
+    let mut tc = train_cluster(Membership::Multislice, 1, 2);
+    set_user_env(&mut tc, ENV_JAX_COORDINATOR_ADDRESS, "elsewhere:1234");
+    let mut world = World::new(tc, v6e_pools(2));
+    let reported = |plan: &Plan| {
+        plan.events
+            .iter()
+            .filter(|e| e.reason == "CoordinatorOverridden")
+            .map(|e| e.note.clone())
+            .collect::<Vec<_>>()
+    };
+    let first = reported(&world.step());
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert!(
+        first[0].contains(
+            "spec.workerGroups[0].template.spec.containers[0].env[JAX_COORDINATOR_ADDRESS]"
+        ),
+        "{}",
+        first[0]
+    );
+    assert!(reported(&world.step()).is_empty(), "once");
+
+    let mut coordinator = with_head_ports(vec![port(Some("jax-coordinator"), 8482)]);
+    set_user_env(
+        &mut coordinator,
+        ENV_JAX_COORDINATOR_ADDRESS,
+        "elsewhere:1234",
+    );
+    assert!(
+        crate::planner::render::coordinator_overrides(&coordinator).is_empty(),
+        "with a coordinator head it is HeadAddressOverridden's to say"
+    );
+}
