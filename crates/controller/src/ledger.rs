@@ -226,6 +226,15 @@ impl Ledger {
         });
     }
 
+    /// Label patches the server accepted at `relists` pod lists: (pod uid, the metadata
+    /// hash each set). Until the cache shows them the cluster does not plan (and patch) again.
+    pub fn pods_patched(&self, uid: &str, patched: Vec<(String, String)>, relists: u64) {
+        self.entry(uid, |e| {
+            e.outstanding
+                .expect_patched(patched, relists, Instant::now())
+        });
+    }
+
     /// Planned pods that were not created (not attempted, or rolled back): nothing of
     /// theirs is coming, and they hold no slice.
     pub fn pods_not_created(&self, uid: &str, names: impl IntoIterator<Item = String>) {

@@ -15,7 +15,7 @@ use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use slice_core::api::TrainCluster;
-use slice_core::constants::FIELD_MANAGER;
+use slice_core::constants::{FIELD_MANAGER, LABEL_METADATA_HASH};
 use slice_core::planner::{EventType, PlannedEvent, PodPatch};
 use tracing::warn;
 
@@ -91,6 +91,7 @@ pub async fn apply_patches(
     tc: &TrainCluster,
     api: &Api<Pod>,
     patches: &[PodPatch],
+    relists: u64,
     limit: &CallLimit,
 ) {
     let uid = tc.metadata.uid.as_deref().unwrap_or_default();
@@ -103,6 +104,11 @@ pub async fn apply_patches(
         return;
     }
     let failures = patch_pods(api, &to_send, limit).await;
+    let accepted = to_send
+        .iter()
+        .filter(|p| !failures.iter().any(|f| f.patch.pod == p.pod));
+    ctx.ledger
+        .pods_patched(uid, accepted.filter_map(|p| expected(p)).collect(), relists);
     let Some(example) = failures.first() else {
         return;
     };
@@ -115,6 +121,12 @@ pub async fn apply_patches(
         let event = patch_failed(example, failures.len());
         events::publish(&ctx.recorder, &ctx.ledger, &tc.object_ref(&()), &[event]).await;
     }
+}
+
+/// What the cache shows of an accepted patch: its pod's uid and the metadata hash it set.
+fn expected(patch: &PodPatch) -> Option<(String, String)> {
+    let hash = patch.labels.get(LABEL_METADATA_HASH)?.clone()?;
+    Some((patch.pod.uid.clone()?, hash))
 }
 
 /// The one event of a generation's failed patches: the first pod and the server's words.

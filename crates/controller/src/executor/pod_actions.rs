@@ -32,7 +32,7 @@ pub async fn apply_pods(
     let limit = CallLimit::new(ctx.config.api_concurrency.max(1));
     let acted = delete_then_create(ctx, tc, &pod_api, plan, relists, &limit, progress).await;
     // Last, whatever became of the rest: labels never hold up a pod that must go or come.
-    apply_patches(ctx, tc, &pod_api, &plan.patch, &limit).await;
+    apply_patches(ctx, tc, &pod_api, &plan.patch, relists, &limit).await;
     acted
 }
 
