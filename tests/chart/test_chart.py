@@ -24,7 +24,7 @@ NAMESPACE = "slice-operator"
 WORKLOAD_RULES = {
     ("slices.dev", "trainclusters"): {"get", "list", "watch"},
     ("slices.dev", "trainclusters/status"): {"get", "patch", "update"},
-    ("", "pods"): {"get", "list", "watch", "create", "delete"},
+    ("", "pods"): {"get", "list", "watch", "create", "delete", "patch"},
     ("", "services"): {"get", "list", "watch", "create", "patch"},
     ("events.k8s.io", "events"): {"create", "patch"},
     ("", "events"): {"create", "patch"},

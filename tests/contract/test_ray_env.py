@@ -255,3 +255,76 @@ def test_the_ray_example_joins_workers_to_the_head_with_env_they_have(tmp_path):
         assert referenced <= set(env), referenced - set(env)
         assert env["SLICES_HEAD_HOST"] == (
             f"{head['spec']['hostname']}.{head['spec']['subdomain']}")
+
+
+# ------------------------------------------------------- Ray's own RAY_ADDRESS handling
+
+
+def head_pod(pods: list) -> dict:
+    return next(p for p in pods if p["metadata"]["labels"].get(LABEL_ROLE) == "head")
+
+
+def head_gcs_address(head: dict) -> str:
+    """The head pod's DNS name and the number of its port named gcs: where Ray's GCS is."""
+    ports = [p for c in head["spec"]["containers"] for p in c.get("ports", [])]
+    gcs = next(p["containerPort"] for p in ports if p.get("name") == "gcs")
+    return f"{head['spec']['hostname']}.{head['spec']['subdomain']}:{gcs}"
+
+
+def ray_bootstrap_address(env: dict, monkeypatch, explicit: str | None = None) -> str:
+    """What Ray itself makes of a pod's env: `ray.init()` (no address) and
+    `ray start --address=...` both go through `canonicalize_bootstrap_address`, which reads
+    RAY_ADDRESS. Nothing else is stubbed: it does no DNS for a host that is not localhost."""
+    from ray._private import services as ray_services
+
+    with monkeypatch.context() as m:
+        for k in list(os.environ):
+            m.delenv(k)
+        for k, v in env.items():
+            m.setenv(k, v)
+        if explicit is None:
+            return ray_services.canonicalize_bootstrap_address(None)
+        return ray_services.canonicalize_bootstrap_address_or_die(explicit)
+
+
+def test_ray_init_and_ray_start_find_the_head_by_ray_address(tmp_path, monkeypatch):
+    case = CASES[1]
+    pods = render(cluster_doc(case, head=True), case.slices, tmp_path)
+    want = head_gcs_address(head_pod(pods))
+    assert want == f"{CLUSTER}-head.{CLUSTER}-headless:6379"
+    for pod in workers(pods):
+        env = env_of(pod)
+        assert ray_bootstrap_address(env, monkeypatch) == want, pod["metadata"]["name"]
+        assert ray_bootstrap_address(env, monkeypatch, env["RAY_ADDRESS"]) == want
+
+
+def test_a_templates_own_ray_address_wins(tmp_path, monkeypatch):
+    case = CASES[1]
+    doc = cluster_doc(case, head=True)
+    container = doc["spec"]["workerGroups"][0]["template"]["spec"]["containers"][0]
+    container["env"] = [{"name": "RAY_ADDRESS", "value": "elsewhere:6380"}]
+    pods = render(doc, case.slices, tmp_path)
+    for pod in workers(pods):
+        env_list = [e["name"] for e in pod["spec"]["containers"][0]["env"]]
+        assert env_list.count("RAY_ADDRESS") == 1
+        assert ray_bootstrap_address(env_of(pod), monkeypatch) == "elsewhere:6380"
+
+
+def test_without_a_gcs_port_there_is_no_ray_address(tmp_path):
+    case = CASES[1]
+    doc = cluster_doc(case, head=True)
+    ports = doc["spec"]["head"]["template"]["spec"]["containers"][0]["ports"]
+    ports[:] = [p for p in ports if p["name"] != "gcs"]
+    pods = render(doc, case.slices, tmp_path)
+    assert all("RAY_ADDRESS" not in env_of(p) for p in workers(pods))
+
+
+def test_the_ray_example_workers_reach_the_heads_gcs(tmp_path, monkeypatch):
+    doc = yaml.safe_load((REPO_ROOT / "examples" / "ray-multislice.yaml").read_text())
+    pods = render(doc, 2, tmp_path)
+    want = head_gcs_address(head_pod(pods))
+    for pod in workers(pods):
+        container = pod["spec"]["containers"][0]
+        assert "ray start --address=$(RAY_ADDRESS)" in " ".join(container["args"])
+        env = env_of(pod)
+        assert ray_bootstrap_address(env, monkeypatch, env["RAY_ADDRESS"]) == want

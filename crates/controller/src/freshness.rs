@@ -7,6 +7,8 @@
 //! * **pods created** (by name, with the slice each was placed on): until the pod cache
 //!   shows them, the cluster does not plan again, and no other cluster may take that slice;
 //! * **pods deleted** (by uid): until the pod cache shows them gone or Terminating;
+//! * **pods relabelled** (by uid, with the metadata hash the patch gave them): until the pod
+//!   cache shows that hash (or the pod gone), so a reconcile in between does not patch again;
 //! * **the status written**: until the TrainCluster cache shows it, the planner's memory is
 //!   the status we wrote, not the older one cached. When a write's outcome is unknown (it
 //!   timed out, or the connection dropped), the status is read back before the next plan.
@@ -45,6 +47,8 @@ pub struct Outstanding {
     deleted: HashSet<String>,
     /// Deleted with grace period 0 (already Terminating before): shown once gone.
     removed: HashSet<String>,
+    /// Pod uid -> the metadata hash label its accepted patch set.
+    patched: HashMap<String, String>,
     deadline: Option<Instant>,
     /// The pod cache's relist count when the pod expectations were made.
     relists: u64,
@@ -92,6 +96,21 @@ impl Outstanding {
         let before = set.len();
         set.extend(uids);
         if set.len() != before {
+            self.arm(relists, now);
+        }
+    }
+
+    /// Pods (by uid) whose label patch the server accepted, each with the metadata hash
+    /// label it set: shown once the cache has that label on the pod (or the pod is gone).
+    pub fn expect_patched(
+        &mut self,
+        patched: impl IntoIterator<Item = (String, String)>,
+        relists: u64,
+        now: Instant,
+    ) {
+        let before = self.patched.len();
+        self.patched.extend(patched);
+        if self.patched.len() != before {
             self.arm(relists, now);
         }
     }
@@ -165,7 +184,23 @@ impl Outstanding {
                 .collect();
             self.removed.retain(|uid| present.contains(uid.as_str()));
         }
-        if self.created.is_empty() && self.deleted.is_empty() && self.removed.is_empty() {
+        if !self.patched.is_empty() {
+            let label = slice_core::constants::LABEL_METADATA_HASH;
+            let unshown: HashMap<&str, Option<&str>> = pods
+                .iter()
+                .filter_map(|p| Some((p.metadata.uid.as_deref()?, p.label(label))))
+                .collect();
+            self.patched.retain(|uid, hash| {
+                unshown
+                    .get(uid.as_str())
+                    .is_some_and(|shown| *shown != Some(hash.as_str()))
+            });
+        }
+        if self.created.is_empty()
+            && self.deleted.is_empty()
+            && self.removed.is_empty()
+            && self.patched.is_empty()
+        {
             self.clear_pods();
             return Freshness::Fresh;
         }
@@ -180,6 +215,7 @@ impl Outstanding {
         self.created.clear();
         self.deleted.clear();
         self.removed.clear();
+        self.patched.clear();
         self.deadline = None;
     }
 

@@ -9,11 +9,12 @@ use std::time::Instant;
 
 use slice_core::api::{TrainCluster, TrainClusterStatus};
 use slice_core::lean::LeanPod;
-use slice_core::planner::Plan;
 use slice_core::planner::creates::RetryClock;
+use slice_core::planner::{Plan, PodRef};
 
 use crate::event_budget::EventBudget;
 use crate::freshness::{Freshness, Outstanding};
+use crate::ledger::patches::PatchMemory;
 
 /// One cluster's memory.
 #[derive(Default)]
@@ -39,6 +40,8 @@ struct Entry {
     /// The wait after a create refused again for the same reason: not written (the status
     /// would say nothing new), only remembered; the next status write carries it.
     retry: Option<RetryClock>,
+    /// Its label patches refused, and reported, in its current generation.
+    patches: PatchMemory,
 }
 
 /// A cluster the ledger has let go of.
@@ -223,6 +226,15 @@ impl Ledger {
         });
     }
 
+    /// Label patches the server accepted at `relists` pod lists: (pod uid, the metadata
+    /// hash each set). Until the cache shows them the cluster does not plan (and patch) again.
+    pub fn pods_patched(&self, uid: &str, patched: Vec<(String, String)>, relists: u64) {
+        self.entry(uid, |e| {
+            e.outstanding
+                .expect_patched(patched, relists, Instant::now())
+        });
+    }
+
     /// Planned pods that were not created (not attempted, or rolled back): nothing of
     /// theirs is coming, and they hold no slice.
     pub fn pods_not_created(&self, uid: &str, names: impl IntoIterator<Item = String>) {
@@ -240,6 +252,23 @@ impl Ledger {
     /// The cluster is Running again: when its disruption began, if one was running.
     pub fn recovered(&self, uid: &str) -> Option<Instant> {
         self.entry(uid, |e| e.disrupted_since.take())
+    }
+
+    /// Whether `pod`'s label patch was refused as invalid in this generation (so it is not
+    /// sent again before the spec changes).
+    pub fn patch_refused(&self, uid: &str, generation: Option<i64>, pod: &PodRef) -> bool {
+        self.entry(uid, |e| e.patches.refused(generation, pod))
+    }
+
+    /// Label patches failed (`refused`: those refused as invalid). True the first time in
+    /// this generation: the failure is reported once.
+    pub fn patches_failed<'a>(
+        &self,
+        uid: &str,
+        generation: Option<i64>,
+        refused: impl IntoIterator<Item = &'a PodRef>,
+    ) -> bool {
+        self.entry(uid, |e| e.patches.failed(generation, refused))
     }
 
     /// The malformed object of this generation is reported.
@@ -291,5 +320,6 @@ impl Ledger {
     }
 }
 
+mod patches;
 #[cfg(test)]
 mod tests;

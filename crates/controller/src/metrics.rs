@@ -36,6 +36,7 @@ pub struct Metrics {
     pub groups_created: Counter,
     pub creates_refused: Counter,
     pub status_writes: Counter,
+    pub pod_patches_failed: Counter,
     pub groups_deleted: Family<ReasonLabels, Counter>,
     pub desired_slices: Family<ClusterLabels, Gauge>,
     pub ready_slices: Family<ClusterLabels, Gauge>,
@@ -55,6 +56,7 @@ impl Default for Metrics {
         let groups_created = Counter::default();
         let creates_refused = Counter::default();
         let status_writes = Counter::default();
+        let pod_patches_failed = Counter::default();
         let groups_deleted = Family::<ReasonLabels, Counter>::default();
         let desired_slices = Family::<ClusterLabels, Gauge>::default();
         let ready_slices = Family::<ClusterLabels, Gauge>::default();
@@ -91,6 +93,11 @@ impl Default for Metrics {
             "status_writes",
             "TrainCluster status writes the API server accepted (a settled cluster makes none)",
             status_writes.clone(),
+        );
+        registry.register(
+            "pod_patches_failed",
+            "Label and annotation patches of running pods the API server did not take (each try)",
+            pod_patches_failed.clone(),
         );
         registry.register(
             "groups_deleted",
@@ -134,6 +141,7 @@ impl Default for Metrics {
             groups_created,
             creates_refused,
             status_writes,
+            pod_patches_failed,
             groups_deleted,
             desired_slices,
             ready_slices,

@@ -28,6 +28,13 @@ pub const LABEL_MEMBERSHIP: &str = "slices.dev/membership";
 /// Hash of what the pod was rendered from (its group's template, TPU shape, membership and
 /// head address): a pod whose hash is not its group's current one is outdated and replaced.
 pub const LABEL_TEMPLATE_HASH: &str = "slices.dev/template-hash";
+/// Hash of the labels and annotations the pod's template gave it: a pod whose hash is not
+/// its template's current one is patched in place (labels and annotations restart nothing).
+pub const LABEL_METADATA_HASH: &str = "slices.dev/metadata-hash";
+/// Annotation listing the label and annotation keys the pod took from its template (JSON
+/// `{"labels": [...], "annotations": [...]}`): a key the template no longer has is removed
+/// from the pod by the next label patch, and no one else's key ever is.
+pub const ANNOTATION_TEMPLATE_KEYS: &str = "slices.dev/template-keys";
 pub const ROLE_WORKER: &str = "worker";
 pub const ROLE_HEAD: &str = "head";
 /// Placeholder pods holding a hot spare slice (`slices.spares`).
@@ -54,6 +61,14 @@ pub const LABEL_APP_INSTANCE: &str = "app.kubernetes.io/instance";
 pub const LABEL_APP_COMPONENT: &str = "app.kubernetes.io/component";
 pub const LABEL_APP_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const APP_NAME: &str = "traincluster";
+/// The `app.kubernetes.io/` labels the operator sets on every pod: never taken from a
+/// template.
+pub const APP_LABELS: &[&str] = &[
+    LABEL_APP_NAME,
+    LABEL_APP_INSTANCE,
+    LABEL_APP_COMPONENT,
+    LABEL_APP_MANAGED_BY,
+];
 
 // GKE node labels, resources and taints the operator reads.
 pub const NODE_LABEL_ACCELERATOR: &str = "cloud.google.com/gke-tpu-accelerator";
@@ -110,13 +125,21 @@ pub const ENV_TPU_SKIP_MDS_QUERY: &str = "TPU_SKIP_MDS_QUERY";
 pub const ENV_HEAD_HOST: &str = "SLICES_HEAD_HOST";
 /// `SLICES_HEAD_PORT_<NAME>`: each named container port of the head template.
 pub const ENV_HEAD_PORT_PREFIX: &str = "SLICES_HEAD_PORT_";
+/// Where Ray workers find the head (`<head host>:<port named gcs>`), as Ray reads it.
+pub const ENV_RAY_ADDRESS: &str = "RAY_ADDRESS";
+/// Where JAX finds its coordinator, when the head is it (`<head host>:<port named
+/// jax-coordinator>`); JAX reads it before any cluster detection.
+pub const ENV_JAX_COORDINATOR_ADDRESS: &str = "JAX_COORDINATOR_ADDRESS";
+/// The head port whose number goes into `RAY_ADDRESS` (Ray's GCS port, named as KubeRay does).
+pub const HEAD_PORT_RAY_GCS: &str = "gcs";
+/// The head port that makes the head the JAX coordinator (`JAX_COORDINATOR_ADDRESS`).
+pub const HEAD_PORT_JAX_COORDINATOR: &str = "jax-coordinator";
+/// Framework variables the operator sets from the head, where a template's own value wins
+/// (and is reported once when it differs).
+pub const ENV_USER_WINS: &[&str] = &[ENV_RAY_ADDRESS, ENV_JAX_COORDINATOR_ADDRESS];
 /// User values for these are dropped from TPU worker templates: each would override the
-/// operator's contract inside JAX (process list, coordinator).
-pub const ENV_RESERVED: &[&str] = &[
-    ENV_TPU_PROCESS_ADDRESSES,
-    ENV_TPU_PROCESS_PORT,
-    "JAX_COORDINATOR_ADDRESS",
-];
+/// operator's contract inside JAX (the process list).
+pub const ENV_RESERVED: &[&str] = &[ENV_TPU_PROCESS_ADDRESSES, ENV_TPU_PROCESS_PORT];
 /// Prefix of keys the operator owns: user values under it are dropped, never merged.
 pub const ENV_MEGASCALE_PREFIX: &str = "MEGASCALE_";
 pub const MEGASCALE_PORT: u16 = 8081;

@@ -21,7 +21,9 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 
 mod labels;
+mod template_keys;
 pub use labels::OwnLabels;
+pub use template_keys::KeysFromTemplate;
 
 use crate::constants::{
     KUBELET_REJECTION_REASONS, NODE_LABELS_READ, TAINT_NOT_READY, TAINT_UNREACHABLE, TPU_RESOURCE,
@@ -51,6 +53,9 @@ pub struct LeanPod {
     /// The node's kubelet refused the pod at admission (phase `Failed` with a reason in
     /// [`KUBELET_REJECTION_REASONS`], no container ever ran). Boxed: rare, and a pointer wide.
     pub rejection: Option<Box<Rejection>>,
+    /// The annotation `slices.dev/template-keys` (the keys the pod took from its template),
+    /// the only annotation kept.
+    pub template_keys: Option<Box<str>>,
 }
 
 /// Why a kubelet refused a pod: `status.reason` and `status.message` as it wrote them.
@@ -183,6 +188,7 @@ mod wire {
         uid: Option<String>,
         resource_version: Option<String>,
         labels: Option<BTreeMap<String, String>>,
+        annotations: Option<super::template_keys::TemplateKeys>,
         owner_references: Option<Vec<OwnerReference>>,
         creation_timestamp: Option<Time>,
         deletion_timestamp: Option<Time>,
@@ -349,10 +355,11 @@ mod wire {
                 })
                 .map(|c| c.name.clone());
             // Only our labels are kept, packed: none is copied into a map first.
-            let (metadata, labels) = match pod.metadata {
+            let (metadata, labels, template_keys) = match pod.metadata {
                 Some(mut meta) => {
                     let labels = OwnLabels::new(meta.labels.take().unwrap_or_default());
-                    (meta.keeping_labels(|_| false), labels)
+                    let keys = meta.annotations.take().and_then(|a| a.0);
+                    (meta.keeping_labels(|_| false), labels, keys)
                 }
                 None => Default::default(),
             };
@@ -366,6 +373,7 @@ mod wire {
                 restarted_container,
                 failed_container,
                 rejection,
+                template_keys,
             }
         }
     }

@@ -62,6 +62,8 @@ struct ErrorRule {
     rate: f64,
     code: u16,
     remaining: Option<u64>,
+    /// Only the object itself, not its subresources (a pod, not its status).
+    main_only: bool,
 }
 
 #[derive(Debug)]
@@ -143,6 +145,19 @@ impl Faults {
         self.add_rule(verb, Some(resource.to_string()), rate, code, None);
     }
 
+    /// Like [`Faults::fail_resource`] but only for the object itself, not its subresources:
+    /// a pod's metadata patch is refused while a kubelet's status patch goes through.
+    pub fn fail_main_resource(&self, verb: Verb, resource: &str, rate: f64, code: u16) {
+        self.lock().rules.push(ErrorRule {
+            verb,
+            resource: Some(resource.to_string()),
+            rate,
+            code,
+            remaining: None,
+            main_only: true,
+        });
+    }
+
     /// Fail exactly the next `count` requests with `verb` (optionally for one resource).
     pub fn fail_next(&self, verb: Verb, resource: Option<&str>, count: u64, code: u16) {
         self.add_rule(verb, resource.map(str::to_string), 1.0, code, Some(count));
@@ -162,6 +177,7 @@ impl Faults {
             rate,
             code,
             remaining,
+            main_only: false,
         });
     }
 
@@ -247,13 +263,16 @@ impl Faults {
         (self.watch_ids.fetch_add(1, Ordering::SeqCst), rx)
     }
 
-    /// Decide whether to inject an error for this request.
-    pub(crate) fn check(&self, verb: Verb, resource: &str) -> Option<u16> {
+    /// Decide whether to inject an error for this request (`subresource`: of `resource`).
+    pub(crate) fn check(&self, verb: Verb, resource: &str, subresource: bool) -> Option<u16> {
         let mut s = self.lock();
         let s = &mut *s;
         for i in 0..s.rules.len() {
             let r = &s.rules[i];
-            if r.verb != verb || r.resource.as_deref().is_some_and(|x| x != resource) {
+            if r.verb != verb
+                || r.resource.as_deref().is_some_and(|x| x != resource)
+                || r.main_only && subresource
+            {
                 continue;
             }
             if r.remaining == Some(0) {

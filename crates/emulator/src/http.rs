@@ -374,7 +374,7 @@ async fn resource(
     if let Some(d) = st.faults.latency(verb) {
         tokio::time::sleep(d).await;
     }
-    if let Some(code) = st.faults.check(verb, &info.plural) {
+    if let Some(code) = st.faults.check(verb, &info.plural, sub.is_some()) {
         return Err(match (code, name) {
             (409, Some(n)) => ApiError::stale(&info.plural, &info.group, n),
             _ => ApiError::for_code(code, format!("injected fault for {verb:?} {}", info.plural)),

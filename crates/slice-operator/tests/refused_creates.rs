@@ -1,7 +1,9 @@
 //! Pod creates the API server refuses, against the in-process emulator with its faults: a
 //! refusal as invalid that the operator's checks did not foresee is reported once and not
 //! tried again before the spec changes; other refusals (quota, webhooks, permissions) are
-//! tried again with backoff, without a status write at each try.
+//! tried again with backoff, without a status write at each try. A refused label patch of
+//! a running pod holds up no create, is reported once per generation, and one refused as
+//! invalid is not sent again before the spec changes.
 
 #[path = "e2e/harness.rs"]
 mod harness;
@@ -222,5 +224,127 @@ async fn a_quota_that_admits_part_of_a_group_is_retried_without_status_writes() 
         .await
         .unwrap();
     env.wait_running("half", 1, 4).await;
+    env.stop().await;
+}
+
+fn pod_metadata_patches(reqs: &[RecordedRequest]) -> usize {
+    let patches = reqs.iter().filter(|r| {
+        r.method == "PATCH" && r.path.contains("/pods/") && !r.path.ends_with("/status")
+    });
+    patches.count()
+}
+
+/// Edit the first worker group of `name` as a merge patch of the whole group.
+async fn edit_group(
+    env: &Env,
+    name: &str,
+    edit: impl FnOnce(&mut slice_core::api::WorkerGroupSpec),
+) {
+    let mut group = env.tcs().get(name).await.unwrap().spec.worker_groups[0].clone();
+    edit(&mut group);
+    let patch = json!({"spec": {"workerGroups": [group]}});
+    env.tcs()
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+fn add_label(group: &mut slice_core::api::WorkerGroupSpec, key: &str, value: &str) {
+    let meta = group.template.metadata.get_or_insert_with(Default::default);
+    let labels = meta.labels.get_or_insert_with(Default::default);
+    labels.insert(key.into(), value.into());
+}
+
+async fn patch_failed_events(env: &Env, name: &str) -> Vec<String> {
+    let events = env.events_for(name).await.into_iter();
+    let failed = events.filter(|(reason, _)| reason == "PodPatchFailed");
+    failed.map(|(_, note)| note).collect()
+}
+
+/// Every label patch refused (403: the operator may not patch pods): the replica the same
+/// edit adds is created all the same, and the failure is counted and reported once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_label_patch_holds_up_no_create_and_is_reported_once() {
+    let pools = [
+        ("pool-0", "tpu-v6e-slice", "4x4"),
+        ("pool-1", "tpu-v6e-slice", "4x4"),
+    ];
+    let env = Env::start_with("patch-forbidden", &pools, EnvOptions::default()).await;
+    let emulator = env.emulator.as_ref().unwrap();
+    env.create(&env.train_cluster("lab", Membership::Independent, 1, 1))
+        .await;
+    env.wait_running("lab", 1, 4).await;
+    emulator
+        .faults()
+        .fail_main_resource(Verb::Patch, "pods", 1.0, 403);
+    edit_group(&env, "lab", |g| {
+        add_label(g, "team", "ml");
+        (g.slices.min, g.slices.max) = (2, 2);
+    })
+    .await;
+    env.wait_running("lab", 2, 4).await;
+    let failed = || harness::operator_metric(&env, 0, "slice_operator_pod_patches_failed_total");
+    env.wait_for("the failures counted", Duration::from_secs(20), || async {
+        (failed() >= 4).then_some(())
+    })
+    .await;
+    let notes = env
+        .wait_for("the failure reported", Duration::from_secs(20), || async {
+            let notes = patch_failed_events(&env, "lab").await;
+            (!notes.is_empty()).then_some(notes)
+        })
+        .await;
+    assert_eq!(notes.len(), 1, "once for the generation: {notes:?}");
+    assert!(
+        notes[0].contains("lab-workers-0-") && notes[0].contains("injected fault"),
+        "names the pod and the server's message: {}",
+        notes[0]
+    );
+    env.stop().await;
+}
+
+/// A label patch refused as invalid (422, what the template checks did not foresee) is
+/// reported once and not sent again at the reconciles that follow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_label_patch_refused_as_invalid_is_not_sent_again_in_its_generation() {
+    let env = env("patch-invalid").await;
+    let emulator = env.emulator.as_ref().unwrap();
+    env.create(&env.train_cluster("inv", Membership::Multislice, 1, 1))
+        .await;
+    env.wait_running("inv", 1, 4).await;
+    emulator
+        .faults()
+        .fail_main_resource(Verb::Patch, "pods", 1.0, 422);
+    let mark = emulator.requests().mark();
+    edit_group(&env, "inv", |g| add_label(g, "team", "ml")).await;
+    env.wait_for("the refusal reported", Duration::from_secs(20), || async {
+        let notes = patch_failed_events(&env, "inv").await;
+        (!notes.is_empty()).then_some(())
+    })
+    .await;
+    // Three more reconciles, each nudged by a change of the TrainCluster's annotations.
+    let reconciles = || harness::operator_metric(&env, 0, "slice_operator_reconciliations_total");
+    let first = reconciles();
+    let (mut nudge, tcs) = (0, env.tcs());
+    env.wait_for("three more reconciles", Duration::from_secs(30), || {
+        nudge += 1;
+        let patch = json!({"metadata": {"annotations": {"nudge": nudge.to_string()}}});
+        let (tcs, done) = (tcs.clone(), reconciles() >= first + 3);
+        async move {
+            let params = PatchParams::default();
+            tcs.patch("inv", &params, &Patch::Merge(&patch))
+                .await
+                .ok()?;
+            done.then_some(())
+        }
+    })
+    .await;
+    let sent = since(&env, mark);
+    assert_eq!(pod_metadata_patches(&sent), 4, "each pod's patch sent once");
+    assert_eq!(
+        patch_failed_events(&env, "inv").await.len(),
+        1,
+        "reported once"
+    );
     env.stop().await;
 }

@@ -125,7 +125,29 @@ impl World {
                 self.pods.push(Arc::new(pod));
             }
         }
+        self.apply_patches(plan);
         self.cluster.status = Some(plan.status.clone());
+    }
+
+    /// Merge each patch's labels and annotations into its pod, as the API server would.
+    fn apply_patches(&mut self, plan: &Plan) {
+        for patch in &plan.patch {
+            let Some(pod) = self.pods.iter_mut().find(|p| {
+                p.metadata.name.as_deref() == Some(patch.pod.name.as_str())
+                    && p.metadata.uid == patch.pod.uid
+            }) else {
+                continue;
+            };
+            let meta = &mut Arc::make_mut(pod).metadata;
+            merge(
+                meta.labels.get_or_insert_with(Default::default),
+                &patch.labels,
+            );
+            merge(
+                meta.annotations.get_or_insert_with(Default::default),
+                &patch.annotations,
+            );
+        }
     }
 
     /// Run until the plan is a no-op (at most `limit` steps), advancing time 1 s per step.
@@ -330,5 +352,18 @@ impl<'a> Scheduler<'a> {
         let name = node.name().to_string();
         self.used.insert(name.clone());
         Some(name)
+    }
+}
+
+/// A JSON merge patch of one map: `Some` sets a key, `None` removes it.
+fn merge(
+    map: &mut std::collections::BTreeMap<String, String>,
+    patch: &std::collections::BTreeMap<String, Option<String>>,
+) {
+    for (key, value) in patch {
+        match value {
+            Some(v) => map.insert(key.clone(), v.clone()),
+            None => map.remove(key),
+        };
     }
 }

@@ -1,8 +1,9 @@
 //! The executor: applies a plan to the API server, in order: the Service, the status, the
-//! pod deletes and creates, then the events of what went through. A create the API server
+//! pod deletes and creates, the label patches, then the events of what went through. A create the API server
 //! refuses becomes a condition (see `planner::creates`), not an error: retrying at once
 //! cannot help.
 
+pub mod patches;
 pub mod pod_actions;
 pub mod pods;
 pub mod progress;

@@ -1,6 +1,6 @@
 //! Carrying out a plan's pod actions: every group's deletes at once, then every worker
-//! group's creates at once, then the head, then hot spares; all pod calls of the plan share
-//! one limit (`--api-concurrency`).
+//! group's creates at once, then the head, then hot spares, then the label patches; all pod
+//! calls of the plan share one limit (`--api-concurrency`).
 
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::Pod;
@@ -13,11 +13,13 @@ use tracing::info;
 use crate::api_call::{bounded, rejection};
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::executor::patches::apply_patches;
 use crate::executor::pods::{CallLimit, create_group, delete_group};
 use crate::executor::progress::Progress;
 
-/// Deletes, then creates, then the head pod, then spares. On a failure the actions that
-/// went through are still recorded, and the first failure (in plan order) is returned.
+/// Deletes, then creates, then the head pod, then spares, then label patches. On a failure
+/// the actions that went through are still recorded, and the first failure (in plan order)
+/// is returned; a failed patch is reported, never returned.
 pub async fn apply_pods(
     ctx: &Context,
     tc: &TrainCluster,
@@ -25,12 +27,25 @@ pub async fn apply_pods(
     relists: u64,
     progress: &mut Progress,
 ) -> Result<()> {
-    let (namespace, uid) = (
-        tc.namespace().unwrap_or_default(),
-        tc.metadata.uid.clone().unwrap_or_default(),
-    );
-    let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    let pod_api: Api<Pod> =
+        Api::namespaced(ctx.client.clone(), &tc.namespace().unwrap_or_default());
     let limit = CallLimit::new(ctx.config.api_concurrency.max(1));
+    let acted = delete_then_create(ctx, tc, &pod_api, plan, relists, &limit, progress).await;
+    // Last, whatever became of the rest: labels never hold up a pod that must go or come.
+    apply_patches(ctx, tc, &pod_api, &plan.patch, relists, &limit).await;
+    acted
+}
+
+async fn delete_then_create(
+    ctx: &Context,
+    tc: &TrainCluster,
+    pod_api: &Api<Pod>,
+    plan: &planner::Plan,
+    relists: u64,
+    limit: &CallLimit,
+    progress: &mut Progress,
+) -> Result<()> {
+    let uid = tc.metadata.uid.clone().unwrap_or_default();
     let disruption = plan
         .delete
         .iter()
@@ -38,10 +53,7 @@ pub async fn apply_pods(
     if disruption {
         ctx.ledger.disrupted(&uid);
     }
-    let deletes = plan
-        .delete
-        .iter()
-        .map(|d| delete_group(&pod_api, d, &limit));
+    let deletes = plan.delete.iter().map(|d| delete_group(pod_api, d, limit));
     let mut first_error = None;
     for (i, result) in join_all(deletes).await.into_iter().enumerate() {
         let delete = &plan.delete[i];
@@ -71,14 +83,14 @@ pub async fn apply_pods(
     let workers = plan.create.iter().take_while(|c| !c.spare).count();
     let creates = Creates {
         ctx,
-        pod_api: &pod_api,
+        pod_api,
         plan,
-        limit: &limit,
+        limit,
         uid: &uid,
         relists,
     };
     creates.groups(0..workers, progress).await?;
-    create_head(&pod_api, plan.create_head.as_ref(), progress).await?;
+    create_head(pod_api, plan.create_head.as_ref(), progress).await?;
     creates.groups(workers..plan.create.len(), progress).await
 }
 

@@ -114,3 +114,33 @@ fn a_forced_delete_is_shown_only_when_the_pod_is_gone() {
     );
     assert_eq!(out.check(&[], 0, start), Freshness::Fresh);
 }
+
+#[test]
+fn relabelled_pods_are_expected_with_their_new_metadata_hash() {
+    let start = Instant::now();
+    let mut out = Outstanding::default();
+    out.expect_patched(
+        [
+            ("u1".to_string(), "v2-m".to_string()),
+            ("u2".to_string(), "v2-m".to_string()),
+        ],
+        0,
+        start,
+    );
+    let labelled = |name: &str, uid: &str, hash: &str| {
+        let mut p = (*pod(name, uid)).clone();
+        p.labels
+            .insert(slice_core::constants::LABEL_METADATA_HASH, hash);
+        Arc::new(p)
+    };
+    let before = [labelled("a-0", "u1", "v2-old"), pod("a-1", "u2")];
+    assert_eq!(
+        out.check(&before, 0, start),
+        Freshness::Catching,
+        "not shown yet"
+    );
+    let one = [labelled("a-0", "u1", "v2-m"), pod("a-1", "u2")];
+    assert_eq!(out.check(&one, 0, start), Freshness::Catching);
+    // The other pod gone: nothing of it is coming.
+    assert_eq!(out.check(&one[..1], 0, start), Freshness::Fresh);
+}

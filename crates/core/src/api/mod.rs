@@ -2,6 +2,7 @@
 
 mod crd;
 mod field_error;
+pub mod metadata;
 pub mod naming;
 pub mod quantity;
 mod spec;

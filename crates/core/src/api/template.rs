@@ -1,9 +1,9 @@
 //! A pod template checked as the API server will check its pods (`ValidatePodSpec`, v1.36),
 //! for what a template can get wrong: volume names, container and init container names
 //! (DNS labels, unique across both), images, ports, env names, volume mounts and resource
-//! quantities. Each error is the server's own words for the template's field, then the fix,
-//! so the cluster is reported `Invalid` before any pod is sent. The emulator holds the same
-//! rules on the server's side.
+//! quantities, and its labels and annotations ([`super::metadata`]). Each error is the
+//! server's own words for the template's field, then the fix, so the cluster is reported
+//! `Invalid` before any pod is sent. The emulator holds the same rules on the server's side.
 
 use std::collections::BTreeSet;
 
@@ -46,7 +46,7 @@ impl Errors<'_> {
 /// Every problem the API server would find in a pod of `template` (at `at`, the template's
 /// field path in the TrainCluster).
 pub fn check(template: &PodTemplateSpec, at: &str) -> Vec<FieldError> {
-    let mut out = Vec::new();
+    let mut out = super::metadata::check(template, at);
     let Some(spec) = template.spec.as_ref() else {
         return out;
     };

@@ -143,3 +143,75 @@ fn quantities_parse_and_requests_stay_within_limits() {
         ]
     );
 }
+
+/// Labels and annotations are patched onto running pods: one the server refuses would be
+/// refused for every pod at every reconcile, so the cluster is `Invalid` instead, naming the
+/// field in the server's words.
+#[test]
+fn template_labels_and_annotation_keys_are_checked_as_the_server_checks_a_pods() {
+    let mut tc = crate::testing::train_cluster(crate::api::Membership::Multislice, 1, 1);
+    let meta = tc.spec.worker_groups[0]
+        .template
+        .metadata
+        .get_or_insert_with(Default::default);
+    meta.labels = Some([("owner".to_string(), "alice@x.com".to_string())].into());
+    meta.annotations = Some(
+        [
+            ("bad key".to_string(), "x".to_string()),
+            ("notes".to_string(), "free text @ is fine".to_string()),
+        ]
+        .into(),
+    );
+    let errors = crate::api::validate::resolve(&tc).unwrap_err();
+    let got: Vec<(&str, &str)> = errors
+        .iter()
+        .map(|e| (e.field.as_str(), e.message.split("; ").next().unwrap()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                "spec.workerGroups[0].template.metadata.labels[owner]",
+                "Invalid value: \"alice@x.com\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+            ),
+            (
+                "spec.workerGroups[0].template.metadata.annotations[bad key]",
+                "Invalid value: \"bad key\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+            ),
+        ]
+    );
+    let big = json!({"metadata": {"annotations": {"blob": "x".repeat(256 * 1024)}}, "spec": {"containers": [{"name": "main", "image": "busybox"}]}});
+    let template: PodTemplateSpec = serde_json::from_value(big).unwrap();
+    let errors = check(&template, "spec.head.template");
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].field, "spec.head.template.metadata.annotations");
+    assert!(
+        errors[0]
+            .message
+            .starts_with("Too long: may not be more than 262144 bytes")
+    );
+}
+
+/// `nodeName` and `hostnameOverride` in a worker template would pin every pod of a replica
+/// to one node and rename the hosts `TPU_WORKER_HOSTNAMES` lists: refused, naming the field.
+#[test]
+fn a_worker_template_may_not_set_its_node_or_hostname() {
+    let mut tc = crate::testing::train_cluster(crate::api::Membership::Multislice, 1, 1);
+    let spec = tc.spec.worker_groups[0].template.spec.as_mut().unwrap();
+    spec.node_name = Some("n1".into());
+    spec.hostname_override = Some("me".into());
+    let errors = crate::api::validate::resolve(&tc).unwrap_err();
+    let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "spec.workerGroups[0].template.spec.nodeName",
+            "spec.workerGroups[0].template.spec.hostnameOverride"
+        ]
+    );
+    assert!(
+        errors[0].message.starts_with("Forbidden: "),
+        "{}",
+        errors[0]
+    );
+}

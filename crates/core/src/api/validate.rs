@@ -126,6 +126,7 @@ pub fn resolve(tc: &TrainCluster) -> Result<Vec<ResolvedGroup<'_>>, Vec<FieldErr
             &group.template,
             &format!("{at}.template"),
         ));
+        errors.extend(placement_fields(&group.template, &format!("{at}.template")));
         match (&group.tpu, group.hosts_per_group) {
             (Some(tpu), None) => {
                 let requested = match tpu_request(&group.template) {
@@ -226,6 +227,33 @@ pub fn resolve(tc: &TrainCluster) -> Result<Vec<ResolvedGroup<'_>>, Vec<FieldErr
     } else {
         Err(errors)
     }
+}
+
+/// The fields by which a worker template would take from the operator where its pods run
+/// and what they are called: `nodeName` bypasses the slice placement (and the scheduler),
+/// `hostnameOverride` renames the host `TPU_WORKER_HOSTNAMES` lists.
+fn placement_fields(template: &PodTemplateSpec, at: &str) -> Vec<FieldError> {
+    let Some(spec) = &template.spec else {
+        return Vec::new();
+    };
+    let fields = [
+        (
+            "nodeName",
+            spec.node_name.is_some(),
+            "the operator places each replica's pods on the nodes of one slice",
+        ),
+        (
+            "hostnameOverride",
+            spec.hostname_override.is_some(),
+            "the operator names each worker's host, as TPU_WORKER_HOSTNAMES lists them",
+        ),
+    ];
+    let set = fields.into_iter().filter(|(_, set, _)| *set);
+    set.map(|(field, _, why)| FieldError {
+        field: format!("{at}.spec.{field}"),
+        message: format!("Forbidden: {why}; remove {field} from the worker template"),
+    })
+    .collect()
 }
 
 /// Chips per host requested by the template: the `google.com/tpu` limit (or request) of its

@@ -290,3 +290,30 @@ fn a_pod_its_kubelet_refused_is_told_from_one_that_failed() {
     assert_eq!(pending.rejection, None, "only a Failed pod was refused");
     assert!(!is_kubelet_rejection("OutOf"), "a bare prefix is no reason");
 }
+
+#[test]
+fn of_the_annotations_only_the_template_keys_are_kept() {
+    let mut served = served_pod();
+    assert_eq!(
+        serde_json::from_value::<LeanPod>(served.clone())
+            .unwrap()
+            .template_keys,
+        None
+    );
+    served["metadata"]["annotations"]["slices.dev/template-keys"] = json!(r#"{"labels":["team"]}"#);
+    let pod = serde_json::from_value::<LeanPod>(served.clone()).unwrap();
+    assert_eq!(pod.template_keys.as_deref(), Some(r#"{"labels":["team"]}"#));
+    let keys = KeysFromTemplate::parse(pod.template_keys.as_deref().unwrap());
+    assert_eq!(keys.labels, ["team"]);
+    assert!(
+        pod.metadata.annotations.is_none(),
+        "no map of annotations is kept"
+    );
+    served["metadata"]["annotations"] = json!(null);
+    assert_eq!(
+        serde_json::from_value::<LeanPod>(served.clone())
+            .unwrap()
+            .template_keys,
+        None
+    );
+}

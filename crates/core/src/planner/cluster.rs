@@ -147,6 +147,7 @@ impl<'a> Planner<'a> {
             return self.wind_down(pods);
         }
         self.warn_reserved_labels();
+        self.warn_head_env_overrides();
         // Slices our pods are pinned to are taken, whatever a moment-old inventory says.
         // 64 pods to a slice: one allocation per slice, not per pod.
         for slice in pods.iter().filter_map(|f| f.slice) {
@@ -205,6 +206,37 @@ impl<'a> Planner<'a> {
                     "labels under {} are the operator's own and were left off the pods: {}; remove them from the template",
                     crate::constants::LABEL_PREFIX,
                     dropped.join(", ")
+                ),
+            );
+        }
+    }
+
+    /// A template's own `RAY_ADDRESS` or `JAX_COORDINATOR_ADDRESS` wins over the head's
+    /// address; where they differ, that is said once per generation of the spec. So is a
+    /// template's own coordinator where the head is none (it overrides TPU detection).
+    fn warn_head_env_overrides(&mut self) {
+        if self.previous.observed_generation == self.tc.metadata.generation {
+            return;
+        }
+        let overrides = super::env::head_env_overrides(self.tc);
+        if !overrides.is_empty() {
+            self.emit(
+                EventType::Warning,
+                "HeadAddressOverridden",
+                format!(
+                    "the template's own value is used, not the head's address: {}; remove it to use the head",
+                    overrides.join(", ")
+                ),
+            );
+        }
+        let coordinator = super::env::coordinator_overrides(self.tc);
+        if !coordinator.is_empty() {
+            self.emit(
+                EventType::Warning,
+                "CoordinatorOverridden",
+                format!(
+                    "JAX takes the template's own coordinator address before its TPU detection, so not slice 0 host 0 as the TPU env names: {}; remove it unless that coordinator really runs (or give the head a port named jax-coordinator)",
+                    coordinator.join(", ")
                 ),
             );
         }

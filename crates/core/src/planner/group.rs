@@ -9,6 +9,7 @@ use jiff::{SignedDuration, Timestamp};
 use super::assemble::{self, GroupSummary};
 use super::observe::{self, ObservedReplica, PodFacts};
 use super::place::{self, Mine};
+use super::relabel::Wanted;
 use super::state::Planner;
 use super::{DeleteReason, budget, retire, revision, spares};
 use crate::api::validate::ResolvedGroup;
@@ -32,7 +33,8 @@ impl<'a> Planner<'a> {
         let name = group.name();
         let multislice = self.tc.spec.membership == Membership::Multislice;
         let grace = self.node_grace();
-        memory.template_hash = revision::group_hash(self.tc, group);
+        let recognised = revision::Recognised::group(self.tc, group);
+        memory.template_hash = recognised.current.clone();
         // Spares are few or none: the workers are copied apart only when there are some.
         let is_spare = |f: &&PodFacts<'a>| f.role == Some(ROLE_SPARE);
         let spare_pods: Vec<PodFacts<'a>> = pods.iter().filter(is_spare).copied().collect();
@@ -42,7 +44,7 @@ impl<'a> Planner<'a> {
         };
 
         // Observe and judge: what runs, what must go, what broke and what that costs.
-        let observed = self.observe_group(group, &pods, grace, &mut memory);
+        let observed = self.observe_group(group, &pods, grace, &recognised, &mut memory);
         let spare_sets = self.observe_spares(group, &spare_pods, grace);
         let spare_slices = spares::own_spare_slices(&spare_sets);
         let (mut kept, tally) = self.judge_group(name, &observed, &memory, multislice);
@@ -92,6 +94,7 @@ impl<'a> Planner<'a> {
             let max_unavailable = self.tc.spec.rollout.max_unavailable;
             self.roll_out(name, &mut kept, sizing.target, max_unavailable);
         }
+        self.relabel(&Wanted::of(&group.spec.template, &recognised), &kept);
         memory.retiring_incarnations = retiring(&observed, &kept, &memory.retiring_incarnations);
         if runs_whole(&kept, sizing.target, memory.epoch) {
             memory.formed_epoch = memory.epoch;
@@ -179,13 +182,14 @@ impl<'a> Planner<'a> {
         group: &ResolvedGroup<'a>,
         pods: &[PodFacts<'a>],
         grace: SignedDuration,
+        recognised: &revision::Recognised,
         memory: &mut GroupStatus,
     ) -> BTreeMap<u32, ObservedReplica<'a>> {
         let judging = observe::Judging {
             hosts: group.hosts,
             tpu: group.shape.is_some(),
             success_counts: self.tc.spec.success_policy == SuccessPolicy::AllWorkers,
-            template_hash: &memory.template_hash,
+            template: recognised,
             membership: super::render::membership_label(self.tc.spec.membership),
             now: self.now,
             grace,

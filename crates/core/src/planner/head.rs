@@ -2,6 +2,7 @@
 //! is charged to its own restart budget and replaced after a backoff; a head on an outdated
 //! template is replaced; the head is stopped while the cluster is suspended or failed.
 
+use super::relabel::Wanted;
 use super::state::Planner;
 use super::{DeleteReason, EventAfter, EventType, budget, render, revision};
 use crate::api::{HeadStatus, TrainClusterStatus};
@@ -78,8 +79,8 @@ impl Planner<'_> {
     pub(super) fn place_head(&mut self, pods: &[&LeanPod], head: &mut HeadStatus, failed: bool) {
         let spec = &self.tc.spec;
         let cluster = self.tc.metadata.name.as_deref().unwrap_or_default();
-        let current = revision::head_hash(self.tc);
-        head.template_hash = current.clone();
+        let recognised = revision::Recognised::head(self.tc);
+        head.template_hash = recognised.as_ref().map(|r| r.current.clone());
         let stop = if spec.suspend {
             Some(DeleteReason::Suspended)
         } else if failed {
@@ -101,15 +102,21 @@ impl Planner<'_> {
                 })
             } else if pod.name() != render::head_pod_name(cluster) {
                 Some(DeleteReason::BadReplicaIndex)
-            } else if current.as_deref().is_some_and(|c| {
-                revision::is_outdated(pod.label(crate::constants::LABEL_TEMPLATE_HASH), c)
-            }) {
+            } else if recognised
+                .as_ref()
+                .is_some_and(|r| r.is_outdated(pod.label(crate::constants::LABEL_TEMPLATE_HASH)))
+            {
                 Some(DeleteReason::TemplateChanged { outdated: 1 })
             } else {
                 None
             };
-            if let Some(reason) = reason {
-                self.delete_whole("head", None, reason, &[pod]);
+            match (reason, &spec.head, &recognised) {
+                (Some(reason), _, _) => self.delete_whole("head", None, reason, &[pod]),
+                (None, Some(h), Some(r)) => {
+                    let patch = Wanted::of(&h.template, r).patch_for(pod);
+                    self.plan.patch.extend(patch);
+                }
+                _ => {}
             }
         }
         if !wanted || !pods.is_empty() {

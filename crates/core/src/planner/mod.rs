@@ -9,7 +9,8 @@
 //! 2. `judge`: keep, wait for, or delete each replica; tally failures and preemptions.
 //! 3. `budget`: charge them to the restart budget; back off after a failure.
 //! 4. `size`: choose how many slices to run ([`policy`] holds the elastic arithmetic).
-//! 5. `retire`: delete, as whole groups, what the new size has no room for.
+//! 5. `retire`: delete, as whole groups, what the new size has no room for; `relabel`:
+//!    patch the labels and annotations of the replicas kept (`revision`: what is outdated).
 //! 6. `place`: create the missing groups on free slices ([`render`] writes their pods);
 //!    `spares`: a group placed on one of its hot spares makes its placeholders go, and the
 //!    spares are kept at what is wanted (their sets are observed in phase 1).
@@ -31,6 +32,7 @@ mod completion;
 pub mod creates;
 mod effects;
 mod env;
+mod fnv;
 mod group;
 mod group_pods;
 mod head;
@@ -44,6 +46,7 @@ pub mod policy;
 pub mod reason;
 pub mod refused;
 mod rejections;
+mod relabel;
 pub mod render;
 mod retire;
 pub mod revision;
@@ -53,6 +56,7 @@ mod spares;
 mod state;
 mod status;
 mod stuck;
+mod template_meta;
 mod text;
 mod types;
 
@@ -61,7 +65,8 @@ pub use group_pods::GroupPods;
 pub use reason::{DeleteReason, DisruptionKind};
 pub use spares::{spare_pod, spare_pod_name, spare_pods};
 pub use types::{
-    EventAfter, EventType, GroupCreate, GroupDelete, Plan, PlanInput, PlannedEvent, PodRef,
+    EventAfter, EventType, GroupCreate, GroupDelete, Plan, PlanInput, PlannedEvent, PodPatch,
+    PodRef,
 };
 
 #[cfg(test)]

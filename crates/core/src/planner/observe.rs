@@ -58,7 +58,8 @@ pub struct Judging<'a> {
     pub tpu: bool,
     /// A worker that exits 0 is done (success policy `AllWorkers`), not a failure.
     pub success_counts: bool,
-    pub template_hash: &'a str,
+    /// The hashes the group's current template is recognised by.
+    pub template: &'a super::revision::Recognised,
     /// The membership label current pods carry.
     pub membership: &'a str,
     pub now: Timestamp,
@@ -210,7 +211,7 @@ fn judge<'a>(
     let verdict = verdict(facts, judging, pinned, epoch, inventory);
     let outdated = facts
         .iter()
-        .any(|f| super::revision::is_outdated(f.template_hash, judging.template_hash));
+        .any(|f| judging.template.is_outdated(f.template_hash));
     let other_membership = facts
         .iter()
         .any(|f| f.membership.is_some_and(|m| m != judging.membership));

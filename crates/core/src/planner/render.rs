@@ -12,9 +12,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 use kube::Resource;
 
 use super::GroupPods;
-pub use super::env::{GroupPlacement, PinnedSlice, head_env, set_operator_env, tpu_env};
+pub use super::env::{
+    GroupPlacement, PinnedSlice, coordinator_overrides, head_env, head_env_overrides,
+    set_operator_env, tpu_env,
+};
 pub use super::names::{head_pod_name, headless_service_name, worker_hostname, worker_pod_name};
-use crate::api::{Membership, TrainCluster, validate::ResolvedGroup};
+use super::template_meta::user_labels;
+pub use super::template_meta::{membership_label, pod_annotations, template_metadata};
+use crate::api::{TrainCluster, validate::ResolvedGroup};
 use crate::constants::*;
 
 /// A short, stable key naming one group incarnation (exclusive placement selector).
@@ -27,7 +32,7 @@ pub fn group_key(
 ) -> String {
     let (replica, incarnation) = (replica.to_string(), incarnation.to_string());
     let parts = [namespace, cluster, group, &replica, &incarnation];
-    let hash = super::revision::fnv1a(parts.iter().map(|p| p.as_bytes()));
+    let hash = super::fnv::fnv1a(parts.iter().map(|p| p.as_bytes()));
     format!("{hash:016x}")
 }
 
@@ -89,26 +94,21 @@ pub fn head_pod(tc: &TrainCluster) -> Option<Pod> {
     let head = tc.spec.head.as_ref()?;
     let cluster = tc.metadata.name.clone().unwrap_or_default();
     let name = head_pod_name(&cluster);
-    let mut meta = head.template.metadata.clone().unwrap_or_default();
-    let mut labels = user_labels(meta.labels.take());
+    let meta = head.template.metadata.clone().unwrap_or_default();
+    let mut labels = user_labels(meta.labels);
     labels.extend(base_labels(&cluster, ROLE_HEAD));
     if let Some(hash) = super::revision::head_hash(tc) {
         labels.insert(LABEL_TEMPLATE_HASH.into(), hash);
     }
+    let metadata_hash = super::revision::metadata_hash(&head.template);
+    labels.insert(LABEL_METADATA_HASH.into(), metadata_hash);
     let mut spec = head.template.spec.clone().unwrap_or_default();
     default_restart_policy(&mut spec);
     default_host_network_dns(&mut spec);
     spec.hostname = Some(name.clone());
     spec.subdomain = Some(headless_service_name(&cluster));
-    Some(owned_pod(tc, name, labels, meta.annotations, spec))
-}
-
-/// The value of [`LABEL_MEMBERSHIP`].
-pub fn membership_label(membership: Membership) -> &'static str {
-    match membership {
-        Membership::Multislice => "Multislice",
-        Membership::Independent => "Independent",
-    }
+    let annotations = pod_annotations(&head.template);
+    Some(owned_pod(tc, name, labels, annotations, spec))
 }
 
 /// `Never` unless the template says otherwise: the operator replaces a group whose container
@@ -149,14 +149,6 @@ fn ensure_tpu_request(spec: &mut PodSpec, chips_per_host: u32) {
         map.get_or_insert_with(BTreeMap::new)
             .insert(TPU_RESOURCE.to_string(), chips.clone());
     }
-}
-
-/// A template's labels without the operator's own (`slices.dev/`): only the operator writes
-/// those, so a template cannot pose as another group, slice or cluster.
-fn user_labels(labels: Option<BTreeMap<String, String>>) -> BTreeMap<String, String> {
-    let mut labels = labels.unwrap_or_default();
-    labels.retain(|key, _| !key.starts_with(LABEL_PREFIX));
-    labels
 }
 
 /// The `slices.dev/` labels a TrainCluster's templates carry (dropped from its pods).
@@ -243,8 +235,8 @@ pub fn worker_pod(
     let key = group_key(namespace, cluster, gname, replica, placement.incarnation);
 
     let template = &group.spec.template;
-    let mut meta = template.metadata.clone().unwrap_or_default();
-    let mut labels = user_labels(meta.labels.take());
+    let meta = template.metadata.clone().unwrap_or_default();
+    let mut labels = user_labels(meta.labels);
     labels.extend(base_labels(cluster, ROLE_WORKER));
     labels.insert(LABEL_GROUP.into(), gname.into());
     labels.insert(LABEL_REPLICA_INDEX.into(), replica.to_string());
@@ -253,6 +245,8 @@ pub fn worker_pod(
     labels.insert(LABEL_GROUP_KEY.into(), key.clone());
     labels.insert(LABEL_INCARNATION.into(), placement.incarnation.to_string());
     labels.insert(LABEL_TEMPLATE_HASH.into(), placement.template_hash.clone());
+    let metadata_hash = super::revision::metadata_hash(template);
+    labels.insert(LABEL_METADATA_HASH.into(), metadata_hash);
     labels.insert(
         LABEL_MEMBERSHIP.into(),
         membership_label(tc.spec.membership).into(),
@@ -304,7 +298,7 @@ pub fn worker_pod(
             set_operator_env(container.env.get_or_insert_with(Vec::new), &env);
         }
     }
-    owned_pod(tc, name, labels, meta.annotations, spec)
+    owned_pod(tc, name, labels, pod_annotations(template), spec)
 }
 
 /// Keep all hosts of a group on one node pool, and other groups off it, so a cluster

@@ -1,141 +1,173 @@
 //! Template hashes: what a pod was rendered from, so a changed spec is noticed on running
 //! pods (which are immutable) and rolled out.
+//!
+//! The hash is a function of what the pods run, taken of a canonical text
+//! ([`canonical`]) of the fields that matter: the pod spec fields in [`POD_FIELDS`], the
+//! TPU shape, the membership and the head's ports. The template's labels and annotations
+//! are not in it: they reach running pods by patch ([`metadata_hash`]).
+//!
+//! A hash names its scheme (`v2-…`). The day the scheme must change, the new one gets a
+//! new prefix and the one before it is kept as the recogniser of the running pods
+//! ([`legacy`] is scheme 1, unprefixed): a pod whose hash is the previous scheme's hash of
+//! the current spec runs the current template. Its labels are brought to the current
+//! scheme by patch, so only the one previous scheme need ever be kept.
 
-use serde_json::json;
+mod canonical;
+pub mod legacy;
 
-use super::env::head_env;
+pub use super::fnv::fnv1a;
+
+use serde_json::{Map, Value, json};
+
 use crate::api::TrainCluster;
 use crate::api::validate::ResolvedGroup;
+use k8s_openapi::api::core::v1::PodTemplateSpec;
 
-/// FNV-1a over `parts` (each followed by a 0 byte): stable across releases and platforms,
-/// unlike std's hasher, so a restarted operator computes the same hashes.
-pub fn fnv1a<'p>(parts: impl IntoIterator<Item = &'p [u8]>) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for part in parts {
-        for b in part.iter().copied().chain(std::iter::once(0)) {
-            hash ^= u64::from(b);
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    hash
+/// The prefix of the current scheme's hashes.
+pub const SCHEME: &str = "v2-";
+
+/// The pod spec fields a template hash covers: what the containers run, their volumes, and
+/// where and how the pods are scheduled: every field of the typed `PodSpec` a pod takes from
+/// its template, but `hostname` and `subdomain` (the operator sets them), `nodeName` and
+/// `hostnameOverride` (refused in worker templates) and `ephemeralContainers` (no pod is
+/// created with them). A test fails when the typed API gains a field, so each new one is
+/// placed here or there deliberately (see docs/lifecycle.md).
+pub const POD_FIELDS: &[&str] = &[
+    "activeDeadlineSeconds",
+    "affinity",
+    "automountServiceAccountToken",
+    "containers",
+    "dnsConfig",
+    "dnsPolicy",
+    "enableServiceLinks",
+    "hostAliases",
+    "hostIPC",
+    "hostNetwork",
+    "hostPID",
+    "hostUsers",
+    "imagePullSecrets",
+    "initContainers",
+    "nodeSelector",
+    "os",
+    "overhead",
+    "preemptionPolicy",
+    "priority",
+    "priorityClassName",
+    "readinessGates",
+    "resourceClaims",
+    "resources",
+    "restartPolicy",
+    "runtimeClassName",
+    "schedulerName",
+    "schedulingGates",
+    "securityContext",
+    "serviceAccount",
+    "serviceAccountName",
+    "setHostnameAsFQDN",
+    "shareProcessNamespace",
+    "terminationGracePeriodSeconds",
+    "tolerations",
+    "topologySpreadConstraints",
+    "volumes",
+    "workloadRef",
+];
+
+fn hash_of(value: &Value) -> String {
+    let text = canonical::text(value);
+    format!("{SCHEME}{:016x}", fnv1a([text.as_bytes()]))
 }
 
-fn hash_of(value: &serde_json::Value) -> String {
-    // serde_json writes struct fields in declaration order and maps sorted: deterministic.
-    let text = value.to_string();
-    format!("{:016x}", fnv1a([text.as_bytes()]))
+/// The [`POD_FIELDS`] of a template's spec.
+fn pod_fields(template: &PodTemplateSpec) -> Value {
+    let spec = serde_json::to_value(&template.spec).unwrap_or(Value::Null);
+    let fields: Map<String, Value> = POD_FIELDS
+        .iter()
+        .filter_map(|f| Some((f.to_string(), spec.get(*f)?.clone())))
+        .collect();
+    Value::Object(fields)
+}
+
+/// The head's ports as workers are told of them: the only part of the head a worker's env
+/// is made of (with the cluster's name, which never changes).
+fn head_ports(tc: &TrainCluster) -> Value {
+    let Some(head) = &tc.spec.head else {
+        return Value::Null;
+    };
+    let containers = head.template.spec.iter().flat_map(|s| &s.containers);
+    let ports: Vec<Value> = containers
+        .flat_map(|c| c.ports.iter().flatten())
+        .map(|p| json!({"name": p.name, "port": p.container_port}))
+        .collect();
+    // Present even without ports: a head gives every worker its address.
+    json!({ "present": true, "ports": ports })
 }
 
 /// The hash of everything a worker pod of `group` is rendered from, apart from where it is
-/// placed: the group's template and TPU shape, the membership mode (it decides
-/// `MEGASCALE_*`) and the head address workers are given.
+/// placed and its labels and annotations: the pod fields of its template, its TPU shape,
+/// the membership mode (it decides `MEGASCALE_*`) and the head's ports.
 pub fn group_hash(tc: &TrainCluster, group: &ResolvedGroup<'_>) -> String {
+    let tpu = group.spec.tpu.as_ref().map(|t| {
+        json!({
+            "accelerator": t.accelerator,
+            "topology": t.topology,
+            "chipsPerHost": group.shape.as_ref().map(|s| s.chips_per_host),
+        })
+    });
     hash_of(&json!({
-        "template": group.spec.template,
-        "tpu": group.spec.tpu,
-        "hostsPerGroup": group.spec.hosts_per_group,
-        "membership": tc.spec.membership,
-        "headEnv": head_env(tc),
+        "pod": pod_fields(&group.spec.template),
+        "tpu": tpu,
+        "hosts": group.hosts,
+        "membership": super::template_meta::membership_label(tc.spec.membership),
+        "head": head_ports(tc),
     }))
 }
 
-/// The hash of the head pod's template, if the cluster has a head.
+/// The hash of the head pod's template (its pod fields), if the cluster has a head.
 pub fn head_hash(tc: &TrainCluster) -> Option<String> {
     let head = tc.spec.head.as_ref()?;
-    Some(hash_of(&json!({ "template": head.template })))
+    Some(hash_of(&json!({ "pod": pod_fields(&head.template) })))
 }
 
-/// A pod is outdated when it carries a hash other than `current`. A pod without one was made
-/// before hashes existed: it is taken as current, so upgrading the operator restarts nothing.
-pub fn is_outdated(pod_hash: Option<&str>, current: &str) -> bool {
-    pod_hash.is_some_and(|h| h != current)
+/// The hash of the labels and annotations a template gives its pods (the operator's own
+/// left out): a pod carrying another one is patched, not replaced.
+pub fn metadata_hash(template: &PodTemplateSpec) -> String {
+    let (labels, annotations) = super::template_meta::template_metadata(template);
+    hash_of(&json!({ "labels": labels, "annotations": annotations }))
+}
+
+/// What a group's pods are recognised by: the current scheme's hash of the spec, and the
+/// previous scheme's (pods a release before the current scheme made).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Recognised {
+    pub current: String,
+    pub previous: Option<String>,
+}
+
+impl Recognised {
+    pub fn group(tc: &TrainCluster, group: &ResolvedGroup<'_>) -> Recognised {
+        Recognised {
+            current: group_hash(tc, group),
+            previous: Some(legacy::group_hash(tc, group)),
+        }
+    }
+
+    pub fn head(tc: &TrainCluster) -> Option<Recognised> {
+        Some(Recognised {
+            current: head_hash(tc)?,
+            previous: legacy::head_hash(tc),
+        })
+    }
+
+    /// A pod is outdated when it carries a hash that is neither scheme's hash of the current
+    /// spec. A pod without one was made before hashes existed: it is taken as current.
+    pub fn is_outdated(&self, pod_hash: Option<&str>) -> bool {
+        pod_hash.is_some_and(|h| h != self.current && Some(h) != self.previous.as_deref())
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::api::{HeadSpec, Membership, validate};
-    use crate::planner::render;
-    use crate::testing::*;
-    use k8s_openapi::api::core::v1::ContainerPort;
-
-    fn hash(tc: &TrainCluster) -> String {
-        let groups = validate::resolve(tc).unwrap();
-        group_hash(tc, &groups[0])
-    }
-
-    #[test]
-    fn fnv1a_separates_parts_and_is_stable() {
-        assert_ne!(fnv1a([&b"ab"[..], b"c"]), fnv1a([&b"a"[..], b"bc"]));
-        // Group keys name running pods: they must not change across releases.
-        assert_eq!(
-            render::group_key("ns", "c", "g", 0, 0),
-            "13392d1c1bf654ee",
-            "FNV-1a-64 of \"ns\\0c\\0g\\00\\00\\0\""
-        );
-    }
-
-    #[test]
-    fn the_group_hash_follows_template_shape_membership_and_head_address() {
-        let tc = train_cluster(Membership::Multislice, 1, 2);
-        let base = hash(&tc);
-        assert_eq!(hash(&tc.clone()), base, "deterministic");
-        let mut scaled = tc.clone();
-        scaled.spec.worker_groups[0].slices.max = 7;
-        assert_eq!(hash(&scaled), base, "the slice range is not in any pod");
-
-        let mut image = tc.clone();
-        image.spec.worker_groups[0]
-            .template
-            .spec
-            .as_mut()
-            .unwrap()
-            .containers[0]
-            .image = Some("trainer:v2".into());
-        let mut topology = tc.clone();
-        topology.spec.worker_groups[0]
-            .tpu
-            .as_mut()
-            .unwrap()
-            .topology = "4x8".into();
-        let mut membership = tc.clone();
-        membership.spec.membership = Membership::Independent;
-        let mut head = tc.clone();
-        head.spec.head = Some(HeadSpec {
-            template: worker_template(0),
-        });
-        let mut head_port = head.clone();
-        head_port
-            .spec
-            .head
-            .as_mut()
-            .unwrap()
-            .template
-            .spec
-            .as_mut()
-            .unwrap()
-            .containers[0]
-            .ports = Some(vec![ContainerPort {
-            name: Some("gcs".into()),
-            container_port: 6379,
-            ..Default::default()
-        }]);
-        let hashes = [
-            base.clone(),
-            hash(&image),
-            hash(&topology),
-            hash(&membership),
-            hash(&head),
-            hash(&head_port),
-        ];
-        let distinct: std::collections::BTreeSet<_> = hashes.iter().collect();
-        assert_eq!(distinct.len(), hashes.len(), "{hashes:?}");
-    }
-
-    #[test]
-    fn only_a_different_hash_is_outdated() {
-        assert!(is_outdated(Some("a"), "b"));
-        assert!(!is_outdated(Some("b"), "b"));
-        assert!(!is_outdated(None, "b"), "pods from before hashes are kept");
-    }
-}
+mod pod_fields_tests;
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod upgrade_tests;

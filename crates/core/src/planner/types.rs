@@ -1,6 +1,6 @@
 //! What the planner reads and what it returns: its input, the [`Plan`] and its parts.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,6 +36,8 @@ pub struct Plan {
     pub create: Vec<GroupCreate>,
     pub delete: Vec<GroupDelete>,
     pub create_head: Option<Pod>,
+    /// Running pods whose labels and annotations are brought up to date in place.
+    pub patch: Vec<PodPatch>,
     pub service: Service,
     pub status: TrainClusterStatus,
     pub events: Vec<PlannedEvent>,
@@ -64,6 +66,17 @@ pub struct GroupDelete {
     pub replica: Option<u32>,
     pub reason: DeleteReason,
     pub pods: Vec<PodRef>,
+}
+
+/// Labels and annotations to set (`Some`) or remove (`None`) on one running pod, a JSON
+/// merge patch of its metadata: its template's own, the ones it took from an earlier
+/// template and the template no longer has, and the operator's hash labels and keys
+/// annotation. No other key is touched: not the operator's others, not anyone else's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodPatch {
+    pub pod: PodRef,
+    pub labels: BTreeMap<String, Option<String>>,
+    pub annotations: BTreeMap<String, Option<String>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,6 +119,7 @@ impl Plan {
             create: Vec::new(),
             delete: Vec::new(),
             create_head: None,
+            patch: Vec::new(),
             service,
             status: TrainClusterStatus::default(),
             events: Vec::new(),
@@ -115,6 +129,9 @@ impl Plan {
 
     /// True when applying the plan changes nothing but possibly the status.
     pub fn is_noop(&self) -> bool {
-        self.create.is_empty() && self.delete.is_empty() && self.create_head.is_none()
+        self.create.is_empty()
+            && self.delete.is_empty()
+            && self.create_head.is_none()
+            && self.patch.is_empty()
     }
 }

@@ -69,6 +69,9 @@ impl Tracker {
                     ready_slices: status.ready_slices,
                 });
             }
+        } else if status.phase == Phase::Succeeded {
+            // A finished run is done, not disrupted: it recovers to nothing.
+            self.disrupted.remove(&name);
         } else if self.seen_running.contains(&name) && !self.disrupted.contains_key(&name) {
             self.disrupted.insert(name, (at, self.last_step.clone()));
         }
@@ -120,6 +123,17 @@ mod tests {
 
     fn s(n: u64) -> Duration {
         Duration::from_secs(n)
+    }
+
+    #[test]
+    fn a_finished_run_is_no_disruption() {
+        let mut t = Tracker::new(s(5));
+        t.observe(s(1), &tc(Phase::Running, 1, 1, 1));
+        t.observe(s(2), &tc(Phase::Restarting, 0, 1, 1));
+        assert!(!t.undisrupted());
+        t.observe(s(3), &tc(Phase::Succeeded, 1, 1, 1));
+        assert!(t.undisrupted(), "settled once it succeeded");
+        assert!(t.recoveries.is_empty());
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! Spec edits end to end: a multislice template edit restarts the job once, a spec edit
-//! starts the budget afresh, and a topology GKE does not offer is refused with the list.
+//! Spec edits end to end: a multislice template edit restarts the job once, a label added
+//! to its template reaches every pod with no restart, a spec edit starts the budget afresh, and a topology GKE does not offer is refused with the list.
 
 use std::collections::BTreeSet;
 
@@ -59,6 +59,61 @@ async fn a_multislice_template_edit_restarts_the_job_once_as_exactly_one_new_epo
     let status = tc.status.unwrap();
     assert_eq!(status.groups[0].epoch, epoch + 1, "exactly one restart");
     assert_eq!((status.restarts, status.updated_slices), (0, 2));
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_label_added_to_a_running_multislice_job_reaches_every_pod_with_no_new_epoch() {
+    let env = env_with("multislice-label", 2).await;
+    env.create(&env.train_cluster("ml", Membership::Multislice, 2, 2))
+        .await;
+    let (tc, pods) = env.wait_running("ml", 2, 4).await;
+    let epoch = tc.status.unwrap().groups[0].epoch;
+    let uids = |pods: &[k8s_openapi::api::core::v1::Pod]| -> BTreeSet<String> {
+        pods.iter().filter_map(|p| p.metadata.uid.clone()).collect()
+    };
+    let before = uids(&pods);
+    edit_group(&env, "ml", |g| {
+        let meta = g.template.metadata.get_or_insert_with(Default::default);
+        let labels = meta.labels.get_or_insert_with(Default::default);
+        labels.insert("cost-centre".into(), "ml-research".into());
+    })
+    .await;
+    let pods = env
+        .wait_for(
+            "the label on every pod",
+            std::time::Duration::from_secs(60),
+            || async {
+                let pods = env.all_worker_pods("ml").await;
+                let labelled = pods.len() == 8
+                    && pods
+                        .iter()
+                        .all(|p| label(p, "cost-centre") == "ml-research");
+                labelled.then_some(pods)
+            },
+        )
+        .await;
+    assert_eq!(uids(&pods), before, "the same pods: nothing restarted");
+    let epochs: BTreeSet<String> = pods.iter().map(|p| label(p, LABEL_EPOCH)).collect();
+    assert_eq!(epochs, BTreeSet::from([epoch.to_string()]), "no new epoch");
+    let status = env.tcs().get("ml").await.unwrap().status.unwrap();
+    assert_eq!((status.groups[0].epoch, status.restarts), (epoch, 0));
+
+    // Removed from the template: removed from every pod, again with no restart.
+    edit_group(&env, "ml", |g| g.template.metadata = None).await;
+    let pods = env
+        .wait_for(
+            "the label gone from every pod",
+            std::time::Duration::from_secs(60),
+            || async {
+                let pods = env.all_worker_pods("ml").await;
+                let gone =
+                    pods.len() == 8 && pods.iter().all(|p| label(p, "cost-centre").is_empty());
+                gone.then_some(pods)
+            },
+        )
+        .await;
+    assert_eq!(uids(&pods), before, "still the same pods");
     env.stop().await;
 }
 

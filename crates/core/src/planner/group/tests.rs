@@ -55,7 +55,8 @@ fn pods_without_a_replica_index_are_deleted_as_strays() {
     let facts = scene.facts();
     let mut planner = scene.planner();
     let mut memory = GroupStatus::default();
-    let observed = planner.observe_group(&group, &facts, GRACE, &mut memory);
+    let recognised = crate::planner::revision::Recognised::group(&scene.world.cluster, &group);
+    let observed = planner.observe_group(&group, &facts, GRACE, &recognised, &mut memory);
     assert_eq!(observed.len(), 2, "the stray joins no replica");
     let deletes: Vec<_> = planner
         .plan

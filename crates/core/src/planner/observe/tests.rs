@@ -25,7 +25,7 @@ fn observe(scene: &Scene) -> (BTreeMap<u32, ObservedReplica<'_>>, Vec<&LeanPod>)
         hosts: 4,
         tpu: true,
         success_counts: false,
-        template_hash: "",
+        template: &crate::planner::revision::Recognised::default(),
         membership: "Independent",
         now: scene.world.now,
         grace: GRACE,

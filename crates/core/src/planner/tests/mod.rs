@@ -4,8 +4,10 @@
 mod creation;
 mod elastic;
 mod failures;
+mod head_env;
 mod hygiene;
 mod lifecycle;
+mod metadata;
 mod placement;
 mod recovery;
 mod refused_retries;
