@@ -91,8 +91,11 @@
 
 mod apf;
 mod defaults;
+mod discovery;
 mod errors;
+mod event_versions;
 mod faults;
+mod fields;
 mod http;
 mod patch;
 mod requests;
@@ -100,6 +103,7 @@ mod selectors;
 mod ssa;
 mod state;
 mod store;
+mod table;
 mod validation;
 mod watch;
 

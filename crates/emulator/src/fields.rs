@@ -1,0 +1,157 @@
+//! Which field labels a list or watch may select on, per resource, as kube-apiserver's
+//! field label conversion allows them; any other label is refused with a 400
+//! `field label not supported: <label>`, the server's words. events.k8s.io/v1 names the
+//! core fields its own way (`regarding.name` for `involvedObject.name`); both versions
+//! share one storage, so its labels are renamed to the core ones and matched on the core
+//! view of each event.
+
+use crate::errors::ApiError;
+use crate::selectors::FieldSelector;
+use crate::store::ResourceInfo;
+
+const META: &[&str] = &["metadata.name", "metadata.namespace"];
+
+const POD: &[&str] = &[
+    "spec.nodeName",
+    "spec.restartPolicy",
+    "spec.schedulerName",
+    "spec.serviceAccountName",
+    "spec.hostNetwork",
+    "status.phase",
+    "status.podIP",
+    "status.nominatedNodeName",
+];
+
+const EVENT: &[&str] = &[
+    "involvedObject.kind",
+    "involvedObject.namespace",
+    "involvedObject.name",
+    "involvedObject.uid",
+    "involvedObject.apiVersion",
+    "involvedObject.resourceVersion",
+    "involvedObject.fieldPath",
+    "reason",
+    "reportingComponent",
+    "source",
+    "type",
+];
+
+/// The events.k8s.io/v1 labels and the core labels they stand for.
+const EVENTS_V1: &[(&str, &str)] = &[
+    ("regarding.kind", "involvedObject.kind"),
+    ("regarding.namespace", "involvedObject.namespace"),
+    ("regarding.name", "involvedObject.name"),
+    ("regarding.uid", "involvedObject.uid"),
+    ("regarding.apiVersion", "involvedObject.apiVersion"),
+    (
+        "regarding.resourceVersion",
+        "involvedObject.resourceVersion",
+    ),
+    ("regarding.fieldPath", "involvedObject.fieldPath"),
+    ("reportingController", "reportingComponent"),
+    ("reason", "reason"),
+    ("type", "type"),
+    ("metadata.name", "metadata.name"),
+    ("metadata.namespace", "metadata.namespace"),
+];
+
+/// The selector as the store matches it, or the server's 400 for a label the resource
+/// does not support.
+pub(crate) fn supported(
+    info: &ResourceInfo,
+    sel: FieldSelector,
+) -> Result<FieldSelector, ApiError> {
+    if info.is("events.k8s.io", "events") {
+        return events_v1(sel);
+    }
+    if let Some(label) = sel.labels().find(|l| !allowed(info, l)) {
+        return Err(unsupported(label));
+    }
+    Ok(sel)
+}
+
+fn allowed(info: &ResourceInfo, label: &str) -> bool {
+    if info.crd_name.is_some() {
+        // Custom resources: the name, the namespace when namespaced, the CRD's own.
+        return label == "metadata.name"
+            || (label == "metadata.namespace" && info.namespaced)
+            || info.selectable_fields.iter().any(|f| f == label);
+    }
+    let specific: &[&str] = match (info.group.as_str(), info.plural.as_str()) {
+        ("", "pods") => POD,
+        ("", "events") => EVENT,
+        ("", "nodes") => &["spec.unschedulable"],
+        ("", "namespaces") => &["status.phase"],
+        ("", "secrets") => &["type"],
+        ("", "services") => &["spec.clusterIP", "spec.type"],
+        _ => &[],
+    };
+    META.contains(&label) || specific.contains(&label)
+}
+
+fn events_v1(sel: FieldSelector) -> Result<FieldSelector, ApiError> {
+    let core = |label: &str| EVENTS_V1.iter().find(|(v1, _)| *v1 == label).map(|p| p.1);
+    if let Some(label) = sel.labels().find(|l| core(l).is_none()) {
+        return Err(unsupported(label));
+    }
+    Ok(sel.renamed(|l| core(l).unwrap_or(l).to_string()))
+}
+
+fn unsupported(label: &str) -> ApiError {
+    ApiError::bad_request(format!("field label not supported: {label}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn check(info: &ResourceInfo, s: &str) -> Result<FieldSelector, String> {
+        supported(info, FieldSelector::parse(s).unwrap()).map_err(|e| e.message)
+    }
+
+    #[test]
+    fn each_resource_accepts_its_own_labels_only() {
+        let pods = ResourceInfo::builtin("", "v1", "pods", "Pod", true, true);
+        assert!(check(&pods, "spec.nodeName=n1,status.phase!=Failed").is_ok());
+        assert_eq!(
+            check(&pods, "spec.foo=x").unwrap_err(),
+            "field label not supported: spec.foo"
+        );
+        let cms = ResourceInfo::builtin("", "v1", "configmaps", "ConfigMap", true, false);
+        assert!(check(&cms, "metadata.name=a").is_ok());
+        assert!(check(&cms, "spec.nodeName=a").is_err());
+        let mut crs = ResourceInfo::builtin("x.dev", "v1", "widgets", "Widget", false, false);
+        crs.crd_name = Some("widgets.x.dev".into());
+        assert!(check(&crs, "metadata.name=a").is_ok());
+        // A cluster-scoped custom resource has no namespace to select on.
+        assert!(check(&crs, "metadata.namespace=a").is_err());
+        crs.selectable_fields = vec!["spec.color".into()];
+        assert!(check(&crs, "spec.color=red").is_ok());
+    }
+
+    #[test]
+    fn events_v1_labels_select_the_core_fields() {
+        let events = ResourceInfo::builtin("events.k8s.io", "v1", "events", "Event", true, false);
+        let sel = check(&events, "regarding.name=demo,reportingController=op").unwrap();
+        let core = json!({"involvedObject": {"name": "demo"}, "reportingComponent": "op"});
+        assert!(sel.matches(&core));
+        assert!(check(&events, "involvedObject.name=demo").is_err());
+    }
+
+    #[test]
+    fn unset_booleans_and_the_event_source_read_as_the_server_gives_them() {
+        let pod = json!({"spec": {}});
+        assert!(
+            FieldSelector::parse("spec.hostNetwork=false")
+                .unwrap()
+                .matches(&pod)
+        );
+        let ev = json!({"reportingComponent": "slice-operator"});
+        assert!(
+            FieldSelector::parse("source=slice-operator")
+                .unwrap()
+                .matches(&ev)
+        );
+    }
+}
