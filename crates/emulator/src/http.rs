@@ -20,8 +20,10 @@ use super::apf::classify::RequestDigest;
 use super::discovery::{api_versions, group, group_list, resource_list, version};
 use super::errors::ApiError;
 use super::faults::Verb;
+use super::field_validation::{Directive, with_warnings};
 use super::fields::supported;
-use super::patch::{field_manager, patch_object};
+use super::openapi;
+use super::patch::{PatchKind, field_manager, patch_object};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::ssa::Ownership;
 use super::state::AppState;
@@ -114,6 +116,11 @@ async fn dispatch(
             &resource_list(st, "", "v1").ok_or_else(not_found)?,
         )),
         ["apis", g] if get => Ok(json_response(200, &group(st, g).ok_or_else(not_found)?)),
+        ["openapi", "v3"] if get => Ok(json_response(200, &openapi::root(&st.store.lock()))),
+        ["openapi", "v3", doc @ ..] if get => {
+            let doc = openapi::document(&st.store.lock(), &doc.join("/")).ok_or_else(not_found)?;
+            Ok(json_response(200, &doc))
+        }
         ["apis", g, v] if get => Ok(json_response(
             200,
             &resource_list(st, g, v).ok_or_else(not_found)?,
@@ -192,6 +199,25 @@ fn selectors(
     let f = FieldSelector::parse(q.get("fieldSelector").map(String::as_str).unwrap_or(""))
         .map_err(ApiError::bad_request)?;
     Ok((l, supported(info, f)?))
+}
+
+/// A merge or strategic merge patch names fields as an object would: they are checked as
+/// the server's strict decoding of the patch does. (JSON patches and applies are not.)
+fn patch_field_warnings(
+    info: &ResourceInfo,
+    q: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Vec<String>, ApiError> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    match ct.and_then(PatchKind::from_content_type) {
+        Some(PatchKind::Merge | PatchKind::Strategic) => {
+            Directive::from_query(q)?.check(info, &parse_body(body)?)
+        }
+        _ => Ok(vec![]),
+    }
 }
 
 fn delete_opts(q: &HashMap<String, String>, body: &[u8]) -> Result<DeleteOpts, ApiError> {
@@ -371,24 +397,27 @@ async fn resource(
             if name.is_some() {
                 return Err(ApiError::method_not_allowed());
             }
+            let warnings = Directive::from_query(q)?.check(&info, &v)?;
             let owner = Ownership::Update(&manager);
             let o = st.store.lock().create(&info, ns, v, dry_run, owner)?;
-            Ok(json_response(201, &*o))
+            Ok(with_warnings(json_response(201, &*o), &warnings))
         }
         Verb::Update => {
             let v = parse_body(body)?;
+            let warnings = Directive::from_query(q)?.check(&info, &v)?;
             let name = name.unwrap_or_default();
             let owner = Ownership::Update(&manager);
             let o = st
                 .store
                 .lock()
                 .update(&info, ns, name, v, mode, dry_run, owner)?;
-            Ok(json_response(200, &*o))
+            Ok(with_warnings(json_response(200, &*o), &warnings))
         }
         Verb::Patch => {
+            let warnings = patch_field_warnings(&info, q, headers, body)?;
             let name = name.unwrap_or_default();
             let (code, o) = patch_object(&st.store, &info, ns, name, mode, q, headers, body)?;
-            Ok(json_response(code, &*o))
+            Ok(with_warnings(json_response(code, &*o), &warnings))
         }
         Verb::Delete => {
             let opts = delete_opts(q, body)?;

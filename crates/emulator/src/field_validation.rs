@@ -1,0 +1,108 @@
+//! `fieldValidation`, as kube-apiserver honours it on create, update and patch: fields the
+//! schema does not declare are refused (`Strict`, what kubectl sends by default: a 400 in
+//! the server's words, `strict decoding error: unknown field "spec.foo"`), reported in a
+//! `Warning` header (`Warn`, the server's default) or dropped silently (`Ignore`).
+//! Custom resources drop them on every write anyway (pruning, the `validation` module).
+
+use std::collections::HashMap;
+
+use axum::http::{HeaderValue, header};
+use axum::response::Response;
+use serde_json::Value;
+
+use crate::errors::ApiError;
+use crate::openapi::unknown_fields;
+use crate::store::ResourceInfo;
+
+/// The request's `fieldValidation`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Directive {
+    Ignore,
+    Warn,
+    Strict,
+}
+
+impl Directive {
+    pub(crate) fn from_query(q: &HashMap<String, String>) -> Result<Self, ApiError> {
+        match q.get("fieldValidation").map(String::as_str) {
+            None | Some("" | "Warn") => Ok(Self::Warn),
+            Some("Ignore") => Ok(Self::Ignore),
+            Some("Strict") => Ok(Self::Strict),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "fieldValidation: Unsupported value: \"{other}\": supported values: \"Ignore\", \"Strict\", \"Warn\""
+            ))),
+        }
+    }
+
+    /// The warnings to send (`Warn`), or the refusal (`Strict`), for `body`'s fields.
+    pub(crate) fn check(self, info: &ResourceInfo, body: &Value) -> Result<Vec<String>, ApiError> {
+        if self == Self::Ignore {
+            return Ok(vec![]);
+        }
+        let unknown: Vec<String> = unknown_fields(info, &without_directives(body))
+            .into_iter()
+            .map(|f| format!("unknown field \"{f}\""))
+            .collect();
+        if self == Self::Strict && !unknown.is_empty() {
+            return Err(ApiError::bad_request(format!(
+                "{kind} in version \"{v}\" cannot be handled as a {kind}: strict decoding error: {}",
+                unknown.join(", "),
+                kind = info.kind,
+                v = info.version,
+            )));
+        }
+        Ok(unknown)
+    }
+}
+
+/// A strategic merge patch's `$patch`-style directives are no fields.
+fn without_directives(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| !k.starts_with('$'))
+                .map(|(k, v)| (k.clone(), without_directives(v)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(without_directives).collect()),
+        other => other.clone(),
+    }
+}
+
+/// Adds each warning as a `Warning: 299 - "..."` header, as the server sends them.
+pub(crate) fn with_warnings(mut r: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        let text = format!("299 - {}", serde_json::Value::String(w.clone()));
+        if let Ok(v) = HeaderValue::from_str(&text) {
+            r.headers_mut().append(header::WARNING, v);
+        }
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn strict_refuses_warn_reports_ignore_passes() {
+        let pods = ResourceInfo::builtin("", "v1", "pods", "Pod", true, true);
+        let pod = json!({"metadata": {"name": "p"}, "spec": {"foo": 1, "$setElementOrder/containers": []}});
+        let e = Directive::Strict.check(&pods, &pod).unwrap_err();
+        assert_eq!(e.code, 400);
+        assert_eq!(
+            e.message,
+            "Pod in version \"v1\" cannot be handled as a Pod: strict decoding error: unknown field \"spec.foo\""
+        );
+        assert_eq!(
+            Directive::Warn.check(&pods, &pod).unwrap(),
+            vec!["unknown field \"spec.foo\""]
+        );
+        assert!(Directive::Ignore.check(&pods, &pod).unwrap().is_empty());
+        let q = [("fieldValidation".to_string(), "Loose".to_string())]
+            .into_iter()
+            .collect();
+        assert_eq!(Directive::from_query(&q).unwrap_err().code, 400);
+    }
+}

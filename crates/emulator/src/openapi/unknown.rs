@@ -1,0 +1,129 @@
+//! Fields a schema does not declare, found as the server's strict decoding finds them
+//! (`unknown field "spec.foo"`): by property name only, following `$ref`s; maps
+//! (`additionalProperties`), `x-kubernetes-preserve-unknown-fields` and schemas that
+//! declare no properties take any key. A custom resource's `metadata` is ObjectMeta,
+//! whatever its CRD's schema says; `apiVersion` and `kind` are always known.
+
+use serde_json::{Map, Value};
+
+use super::builtin::{OBJECT_META, builtins};
+use crate::store::ResourceInfo;
+
+/// The paths of the fields in `obj` that the resource's schema does not declare.
+pub(crate) fn unknown_fields(info: &ResourceInfo, obj: &Value) -> Vec<String> {
+    let defs = &builtins().definitions;
+    let schema = match &info.schema {
+        Some(s) => s.as_ref(),
+        None => match builtins().schema_name(&info.group, &info.version, &info.kind) {
+            Some(name) => &defs[name],
+            None => return vec![],
+        },
+    };
+    let mut out = Vec::new();
+    let Some(fields) = obj.as_object() else {
+        return out;
+    };
+    for (k, v) in fields {
+        match k.as_str() {
+            "apiVersion" | "kind" => {}
+            "metadata" => walk(v, &defs[OBJECT_META], defs, "metadata", &mut out),
+            _ => match properties(schema, defs).and_then(|p| p.get(k)) {
+                Some(s) => walk(v, s, defs, k, &mut out),
+                None if open(schema, defs) => {}
+                None => out.push(k.clone()),
+            },
+        }
+    }
+    out
+}
+
+/// The schema a `$ref` (or a lone `allOf` around one) names.
+fn resolve<'a>(s: &'a Value, defs: &'a Map<String, Value>) -> &'a Value {
+    let target = s.get("$ref").or_else(|| s.pointer("/allOf/0/$ref"));
+    match target
+        .and_then(Value::as_str)
+        .and_then(|r| r.strip_prefix("#/components/schemas/"))
+    {
+        Some(name) => defs.get(name).map_or(s, |d| resolve(d, defs)),
+        None => s,
+    }
+}
+
+fn properties<'a>(s: &'a Value, defs: &'a Map<String, Value>) -> Option<&'a Map<String, Value>> {
+    resolve(s, defs)
+        .get("properties")
+        .and_then(Value::as_object)
+}
+
+/// Does the schema take keys it does not declare?
+fn open(s: &Value, defs: &Map<String, Value>) -> bool {
+    let s = resolve(s, defs);
+    s["x-kubernetes-preserve-unknown-fields"] == true
+        || s.get("additionalProperties").is_some_and(|a| a != false)
+        || s.get("properties").is_none()
+}
+
+fn walk(v: &Value, s: &Value, defs: &Map<String, Value>, path: &str, out: &mut Vec<String>) {
+    let s = resolve(s, defs);
+    match v {
+        Value::Object(fields) => {
+            let props = s.get("properties").and_then(Value::as_object);
+            let extra = s.get("additionalProperties").filter(|a| a.is_object());
+            for (k, child) in fields {
+                let at = format!("{path}.{k}");
+                match props.and_then(|p| p.get(k)).or(extra) {
+                    Some(cs) => walk(child, cs, defs, &at, out),
+                    None if open(s, defs) || embedded_meta(s, k) => {}
+                    None => out.push(at),
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(is) = s.get("items") {
+                for (i, item) in items.iter().enumerate() {
+                    walk(item, is, defs, &format!("{path}[{i}]"), out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// An embedded resource always has apiVersion, kind and metadata.
+fn embedded_meta(s: &Value, key: &str) -> bool {
+    s["x-kubernetes-embedded-resource"] == true && matches!(key, "apiVersion" | "kind" | "metadata")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::sync::Arc;
+
+    #[test]
+    fn built_in_kinds_by_their_schema() {
+        let pods = ResourceInfo::builtin("", "v1", "pods", "Pod", true, true);
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "labels": {"any": "key"}, "bogus": 1},
+            "spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"google.com/tpu": 4}}, "extra": true}],
+                     "foo": 1}});
+        assert_eq!(
+            unknown_fields(&pods, &pod),
+            vec!["metadata.bogus", "spec.containers[0].extra", "spec.foo"]
+        );
+    }
+
+    #[test]
+    fn custom_resources_by_their_crd_schema() {
+        let mut info = ResourceInfo::builtin("x.dev", "v1", "widgets", "Widget", true, false);
+        info.schema = Some(Arc::new(json!({"type": "object", "properties": {
+            "metadata": {"type": "object", "properties": {"name": {"type": "string"}}},
+            "spec": {"type": "object", "properties": {
+                "size": {"type": "integer"},
+                "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                "tags": {"type": "object", "additionalProperties": {"type": "string"}}}}}})));
+        let w = json!({"metadata": {"name": "w", "namespace": "default"},
+            "spec": {"size": 1, "free": {"a": 1}, "tags": {"b": "c"}, "foo": 2}, "top": 1});
+        assert_eq!(unknown_fields(&info, &w), vec!["spec.foo", "top"]);
+    }
+}
