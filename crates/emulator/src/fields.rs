@@ -1,9 +1,8 @@
 //! Which field labels a list or watch may select on, per resource, as kube-apiserver's
 //! field label conversion allows them; any other label is refused with a 400
 //! `field label not supported: <label>`, the server's words. events.k8s.io/v1 names the
-//! core fields its own way (`regarding.name` for `involvedObject.name`); both versions
-//! share one storage, so its labels are renamed to the core ones and matched on the core
-//! view of each event.
+//! core fields its own way (`regarding.name` for `involvedObject.name`); its labels are
+//! matched on the events.k8s.io/v1 view of each event (`event_versions`).
 
 use crate::errors::ApiError;
 use crate::selectors::FieldSelector;
@@ -36,23 +35,20 @@ const EVENT: &[&str] = &[
     "type",
 ];
 
-/// The events.k8s.io/v1 labels and the core labels they stand for.
-const EVENTS_V1: &[(&str, &str)] = &[
-    ("regarding.kind", "involvedObject.kind"),
-    ("regarding.namespace", "involvedObject.namespace"),
-    ("regarding.name", "involvedObject.name"),
-    ("regarding.uid", "involvedObject.uid"),
-    ("regarding.apiVersion", "involvedObject.apiVersion"),
-    (
-        "regarding.resourceVersion",
-        "involvedObject.resourceVersion",
-    ),
-    ("regarding.fieldPath", "involvedObject.fieldPath"),
-    ("reportingController", "reportingComponent"),
-    ("reason", "reason"),
-    ("type", "type"),
-    ("metadata.name", "metadata.name"),
-    ("metadata.namespace", "metadata.namespace"),
+/// The events.k8s.io/v1 labels (the core ones under its own names).
+const EVENTS_V1: &[&str] = &[
+    "regarding.kind",
+    "regarding.namespace",
+    "regarding.name",
+    "regarding.uid",
+    "regarding.apiVersion",
+    "regarding.resourceVersion",
+    "regarding.fieldPath",
+    "reportingController",
+    "reason",
+    "type",
+    "metadata.name",
+    "metadata.namespace",
 ];
 
 /// The selector as the store matches it, or the server's 400 for a label the resource
@@ -61,9 +57,6 @@ pub(crate) fn supported(
     info: &ResourceInfo,
     sel: FieldSelector,
 ) -> Result<FieldSelector, ApiError> {
-    if info.is("events.k8s.io", "events") {
-        return events_v1(sel);
-    }
     if let Some(label) = sel.labels().find(|l| !allowed(info, l)) {
         return Err(unsupported(label));
     }
@@ -71,6 +64,9 @@ pub(crate) fn supported(
 }
 
 fn allowed(info: &ResourceInfo, label: &str) -> bool {
+    if info.is("events.k8s.io", "events") {
+        return EVENTS_V1.contains(&label);
+    }
     if info.crd_name.is_some() {
         // Custom resources: the name, the namespace when namespaced, the CRD's own.
         return label == "metadata.name"
@@ -87,14 +83,6 @@ fn allowed(info: &ResourceInfo, label: &str) -> bool {
         _ => &[],
     };
     META.contains(&label) || specific.contains(&label)
-}
-
-fn events_v1(sel: FieldSelector) -> Result<FieldSelector, ApiError> {
-    let core = |label: &str| EVENTS_V1.iter().find(|(v1, _)| *v1 == label).map(|p| p.1);
-    if let Some(label) = sel.labels().find(|l| core(l).is_none()) {
-        return Err(unsupported(label));
-    }
-    Ok(sel.renamed(|l| core(l).unwrap_or(l).to_string()))
 }
 
 fn unsupported(label: &str) -> ApiError {
@@ -134,8 +122,8 @@ mod tests {
     fn events_v1_labels_select_the_core_fields() {
         let events = ResourceInfo::builtin("events.k8s.io", "v1", "events", "Event", true, false);
         let sel = check(&events, "regarding.name=demo,reportingController=op").unwrap();
-        let core = json!({"involvedObject": {"name": "demo"}, "reportingComponent": "op"});
-        assert!(sel.matches(&core));
+        let v1 = json!({"regarding": {"name": "demo"}, "reportingController": "op"});
+        assert!(sel.matches(&v1));
         assert!(check(&events, "involvedObject.name=demo").is_err());
     }
 

@@ -149,16 +149,6 @@ impl FieldSelector {
         self.0.iter().map(|(k, _, _)| k.as_str())
     }
 
-    /// The same selector with each label renamed (a version's label to the stored one).
-    pub(crate) fn renamed(&self, rename: impl Fn(&str) -> String) -> Self {
-        Self(
-            self.0
-                .iter()
-                .map(|(k, eq, v)| (rename(k), *eq, v.clone()))
-                .collect(),
-        )
-    }
-
     /// Does the object match? Missing fields compare as the empty string.
     pub fn matches(&self, obj: &Value) -> bool {
         self.0
