@@ -13,6 +13,7 @@ pub async fn simulate(
     scenario: Option<PathBuf>,
     serve: Option<PathBuf>,
     settle_timeout: u64,
+    picture: Option<PathBuf>,
 ) -> anyhow::Result<()> {
     if std::env::var_os("RUST_LOG").is_none() {
         // Keep the operator's own logs out of the progress lines unless asked for.
@@ -27,10 +28,14 @@ pub async fn simulate(
         None => Scenario::from_yaml(slice_sim::simulate::DEFAULT_SCENARIO)?,
     };
     let out: Arc<Mutex<dyn std::io::Write + Send>> = Arc::new(Mutex::new(std::io::stdout()));
+    // One picture per scenario, named after it unless a path is given.
+    let picture =
+        picture.unwrap_or_else(|| PathBuf::from(format!("simulate-{}.svg", scenario.name)));
     let options = SimulateOptions {
         scenario,
         serve,
         settle_timeout: Duration::from_secs(settle_timeout),
+        picture: Some(picture),
     };
     slice_sim::simulate::simulate(options, out).await?;
     Ok(())
