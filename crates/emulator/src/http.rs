@@ -1,9 +1,6 @@
-//! HTTP routing: discovery endpoints and the resource REST API.
-//!
-//! Discovery: kubectl asks for aggregated discovery (`apidiscovery.k8s.io/v2`) and for
-//! `Table` output through the Accept header; the emulator always answers with plain JSON
-//! (legacy `APIVersions`/`APIGroupList`/`APIResourceList` documents and full objects), which
-//! clients accept as the fallback they list last in Accept. `/openapi/*` returns 404.
+//! HTTP routing: discovery (the `discovery` module), OpenAPI v3 (`openapi`) and the
+//! resource REST API. A get or list answers with a `Table` when Accept asks for one
+//! (`table`); writes honour `fieldValidation` (`field_validation`).
 
 use std::collections::HashMap;
 use std::sync::Arc;

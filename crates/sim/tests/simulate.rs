@@ -122,7 +122,7 @@ fn picture_of_the_run(path: &std::path::Path, summary: &Summary, text: &str) {
     let has = |needle: &str| texts.iter().any(|t| t.contains(needle));
     assert!(has("cluster quick: goodput"), "{texts:?}");
     assert!(
-        has("1 at ") && has("failPod quick/workers replica 1 host 3"),
+        has("step 1 at ") && has("failPod quick/workers replica 1 host 3"),
         "{texts:?}"
     );
     assert!(

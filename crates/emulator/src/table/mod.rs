@@ -208,7 +208,11 @@ mod tests {
                 api_version: "meta.k8s.io/v1",
                 include,
             }
-            .table(&info, &[cm.clone()], json!({"resourceVersion": "7"}))
+            .table(
+                &info,
+                std::slice::from_ref(&cm),
+                json!({"resourceVersion": "7"}),
+            )
         };
         let t = table(Include::Metadata);
         assert_eq!(t["rows"][0]["cells"], json!(["c", "2026-01-01T00:00:00Z"]));

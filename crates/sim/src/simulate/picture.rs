@@ -32,24 +32,35 @@ pub fn render_svg(scenario: &str, runs: &[(&str, &Summary)]) -> Result<String, S
         .collect();
     let steps = runs
         .first()
-        .map(|(_, s)| s.steps.as_slice())
+        .map(|(_, s)| faults(&s.steps))
         .unwrap_or_default();
     let head = 44 + 18 * steps.len() as u32;
     let height = head + PANEL * panels.len().max(1) as u32;
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
-        draw(&root, scenario, head, steps, &panels).map_err(|e| e.to_string())?;
+        draw(&root, scenario, head, &steps, &panels).map_err(|e| e.to_string())?;
         root.present().map_err(|e| e.to_string())?;
     }
     Ok(svg)
+}
+
+/// The scripted steps that act (waits do not): when, their number, what they did.
+fn faults(steps: &[(f64, String)]) -> Vec<(f64, String, String)> {
+    steps
+        .iter()
+        .filter_map(|(at, step)| {
+            let (n, what) = step.strip_prefix("step ")?.split_once(' ')?;
+            (!what.starts_with("wait")).then(|| (*at, n.to_string(), what.to_string()))
+        })
+        .collect()
 }
 
 fn draw(
     root: &Area,
     scenario: &str,
     head: u32,
-    steps: &[(f64, String)],
+    steps: &[(f64, String, String)],
     panels: &[(String, &Summary, &str)],
 ) -> Result<(), Failed> {
     root.fill(&WHITE)?;
@@ -59,12 +70,15 @@ fn draw(
         (12, 8),
         ("sans-serif", 22).into_font(),
     ))?;
-    for (i, (at, step)) in steps.iter().enumerate() {
-        let line = format!(
-            "{} at {at:.1} s: {}",
-            i + 1,
-            step.trim_start_matches(&format!("step {} ", i + 1))
-        );
+    let key = "phase band: green Running, orange Restarting, grey Pending or waiting, red Failed; \
+               red lines: the scripted steps below; green bars: recoveries";
+    top.draw(&Text::new(
+        key,
+        (420, 14),
+        ("sans-serif", 13).into_font().color(&BLACK.mix(0.6)),
+    ))?;
+    for (i, (at, n, what)) in steps.iter().enumerate() {
+        let line = format!("step {n} at {at:.1} s: {what}");
         top.draw(&Text::new(
             line,
             (16, 38 + 18 * i as i32),
@@ -124,7 +138,7 @@ fn panel(
     label: &str,
     s: &Summary,
     cluster: &str,
-    steps: &[(f64, String)],
+    steps: &[(f64, String, String)],
 ) -> Result<(), Failed> {
     let points = &s.history[cluster];
     let end = s
@@ -142,12 +156,15 @@ fn panel(
         .margin(12)
         .x_label_area_size(32)
         .y_label_area_size(44)
-        .build_cartesian_2d(0f64..end, 0f64..top + 1.5)?;
+        // Room on the right for the label of a recovery that ends the run.
+        .build_cartesian_2d(0f64..end * 1.1, 0f64..top + 1.5)?;
     chart
         .configure_mesh()
         .x_desc("seconds since start")
         .y_desc("slices")
         .y_labels(top as usize + 2)
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .y_label_formatter(&|v| format!("{v:.0}"))
         .light_line_style(WHITE)
         .draw()?;
     for (i, p) in points.iter().enumerate() {
@@ -192,14 +209,14 @@ fn panel(
             swaps.map(|w| Circle::new((w[1].at, w[1].spares as f64), 6, SPARE.stroke_width(2))),
         )?;
     }
-    for (i, (at, _)) in steps.iter().enumerate() {
+    for (at, n, _) in steps {
         chart.draw_series([PathElement::new(
             [(*at, 0.0), (*at, band)],
             FAULT.stroke_width(2),
         )])?;
         chart.draw_series([Text::new(
-            format!("{}", i + 1),
-            (*at + end * 0.004, band - 0.15),
+            n.clone(),
+            (*at - end * 0.012, band - 0.1),
             ("sans-serif", 14).into_font().color(&FAULT),
         )])?;
     }
@@ -214,6 +231,11 @@ fn panel(
         .border_style(BLACK.mix(0.3))
         .draw()?;
     Ok(())
+}
+
+/// Recovery labels start a little right of the fault's line and number.
+fn end_gap(from: f64, to: f64) -> f64 {
+    (to - from).min(0.3)
 }
 
 /// A step function through the points, held to `end`.
@@ -246,7 +268,7 @@ where
     let text = format!("recovered in {:.1} s", r.took.as_secs_f64());
     chart.draw_series([Text::new(
         text,
-        (from, y + 0.3),
+        (from + end_gap(from, to), y - 0.12),
         ("sans-serif", 13).into_font().color(&RECOVERY),
     )])?;
     Ok(())
