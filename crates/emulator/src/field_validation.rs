@@ -1,7 +1,8 @@
 //! `fieldValidation`, as kube-apiserver honours it on create, update and patch: fields the
 //! schema does not declare are refused (`Strict`, what kubectl sends by default: a 400 in
-//! the server's words, `strict decoding error: unknown field "spec.foo"`), reported in a
-//! `Warning` header (`Warn`, the server's default) or dropped silently (`Ignore`).
+//! the server's words, `strict decoding error: unknown field "spec.foo"`, or for a patch
+//! a 422 about the object it produced), reported in a `Warning` header (`Warn`, the
+//! server's default) or dropped silently (`Ignore`).
 //! Custom resources drop them on every write anyway (pruning, the `validation` module).
 
 use std::collections::HashMap;
@@ -34,15 +35,10 @@ impl Directive {
         }
     }
 
-    /// The warnings to send (`Warn`), or the refusal (`Strict`), for `body`'s fields.
+    /// The warnings to send (`Warn`), or the refusal (`Strict`), for the fields of a created
+    /// or updated object.
     pub(crate) fn check(self, info: &ResourceInfo, body: &Value) -> Result<Vec<String>, ApiError> {
-        if self == Self::Ignore {
-            return Ok(vec![]);
-        }
-        let unknown: Vec<String> = unknown_fields(info, &without_directives(body))
-            .into_iter()
-            .map(|f| format!("unknown field \"{f}\""))
-            .collect();
+        let unknown = self.unknown(info, body);
         if self == Self::Strict && !unknown.is_empty() {
             return Err(ApiError::bad_request(format!(
                 "{kind} in version \"{v}\" cannot be handled as a {kind}: strict decoding error: {}",
@@ -53,19 +49,42 @@ impl Directive {
         }
         Ok(unknown)
     }
-}
 
-/// A strategic merge patch's `$patch`-style directives are no fields.
-fn without_directives(v: &Value) -> Value {
-    match v {
-        Value::Object(m) => Value::Object(
-            m.iter()
-                .filter(|(k, _)| !k.starts_with('$'))
-                .map(|(k, v)| (k.clone(), without_directives(v)))
-                .collect(),
-        ),
-        Value::Array(a) => Value::Array(a.iter().map(without_directives).collect()),
-        other => other.clone(),
+    /// The same for a patch (merge, strategic merge or JSON). The server applies the patch,
+    /// then strict-decodes the object it produced: a field the patch deletes
+    /// (`"dta": null`, how kubectl's apply removes a field gone from the file) is no error,
+    /// and one the object keeps is. A refusal is the 422 the server's patcher answers with.
+    pub(crate) fn check_patched(
+        self,
+        info: &ResourceInfo,
+        patched: &Value,
+    ) -> Result<Vec<String>, ApiError> {
+        let unknown = self.unknown(info, patched);
+        if self == Self::Strict && !unknown.is_empty() {
+            let object = serde_json::to_string(patched).unwrap_or_default();
+            let message = format!(
+                "patch: Invalid value: {object:?}: strict decoding error: {}",
+                unknown.join(", ")
+            );
+            return Err(ApiError::invalid(
+                "",
+                "",
+                "",
+                vec![("patch".into(), message)],
+            ));
+        }
+        Ok(unknown)
+    }
+
+    /// `unknown field "..."` for each field the schema does not declare (none under Ignore).
+    fn unknown(self, info: &ResourceInfo, obj: &Value) -> Vec<String> {
+        if self == Self::Ignore {
+            return vec![];
+        }
+        unknown_fields(info, obj)
+            .into_iter()
+            .map(|f| format!("unknown field \"{f}\""))
+            .collect()
     }
 }
 
@@ -88,7 +107,7 @@ mod tests {
     #[test]
     fn strict_refuses_warn_reports_ignore_passes() {
         let pods = ResourceInfo::builtin("", "v1", "pods", "Pod", true, true);
-        let pod = json!({"metadata": {"name": "p"}, "spec": {"foo": 1, "$setElementOrder/containers": []}});
+        let pod = json!({"metadata": {"name": "p"}, "spec": {"foo": 1}});
         let e = Directive::Strict.check(&pods, &pod).unwrap_err();
         assert_eq!(e.code, 400);
         assert_eq!(

@@ -20,7 +20,7 @@ use super::faults::Verb;
 use super::field_validation::{Directive, with_warnings};
 use super::fields::supported;
 use super::openapi;
-use super::patch::{PatchKind, field_manager, patch_object};
+use super::patch::{field_manager, patch_object};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::ssa::Ownership;
 use super::state::AppState;
@@ -196,25 +196,6 @@ fn selectors(
     let f = FieldSelector::parse(q.get("fieldSelector").map(String::as_str).unwrap_or(""))
         .map_err(ApiError::bad_request)?;
     Ok((l, supported(info, f)?))
-}
-
-/// A merge or strategic merge patch names fields as an object would: they are checked as
-/// the server's strict decoding of the patch does. (JSON patches and applies are not.)
-fn patch_field_warnings(
-    info: &ResourceInfo,
-    q: &HashMap<String, String>,
-    headers: &HeaderMap,
-    body: &[u8],
-) -> Result<Vec<String>, ApiError> {
-    let ct = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok());
-    match ct.and_then(PatchKind::from_content_type) {
-        Some(PatchKind::Merge | PatchKind::Strategic) => {
-            Directive::from_query(q)?.check(info, &parse_body(body)?)
-        }
-        _ => Ok(vec![]),
-    }
 }
 
 fn delete_opts(q: &HashMap<String, String>, body: &[u8]) -> Result<DeleteOpts, ApiError> {
@@ -411,9 +392,9 @@ async fn resource(
             Ok(with_warnings(json_response(200, &*o), &warnings))
         }
         Verb::Patch => {
-            let warnings = patch_field_warnings(&info, q, headers, body)?;
             let name = name.unwrap_or_default();
-            let (code, o) = patch_object(&st.store, &info, ns, name, mode, q, headers, body)?;
+            let (code, o, warnings) =
+                patch_object(&st.store, &info, ns, name, mode, q, headers, body)?;
             Ok(with_warnings(json_response(code, &*o), &warnings))
         }
         Verb::Delete => {
