@@ -1,8 +1,10 @@
 //! Fields a schema does not declare, found as the server's strict decoding finds them
-//! (`unknown field "spec.foo"`): by property name only, following `$ref`s; maps
-//! (`additionalProperties`), `x-kubernetes-preserve-unknown-fields` and schemas that
-//! declare no properties take any key. A custom resource's `metadata` is ObjectMeta,
-//! whatever its CRD's schema says; `apiVersion` and `kind` are always known.
+//! (`unknown field "spec.foo"`): by property name only, following `$ref`s. An object that
+//! declares no properties takes no key (as pruning and the server's structural schemas
+//! have it), unless it is a map (`additionalProperties`), says
+//! `x-kubernetes-preserve-unknown-fields`, or is one of the few built-in Go types that hold
+//! raw JSON. A custom resource's `metadata` is ObjectMeta, whatever its CRD's schema says;
+//! `apiVersion` and `kind` are always known.
 
 use serde_json::{Map, Value};
 
@@ -55,15 +57,42 @@ fn properties<'a>(s: &'a Value, defs: &'a Map<String, Value>) -> Option<&'a Map<
         .and_then(Value::as_object)
 }
 
+/// Built-in types whose Go decoding takes any key: they hold raw JSON.
+const RAW_JSON: [&str; 3] = [
+    "io.k8s.apimachinery.pkg.apis.meta.v1.FieldsV1",
+    "io.k8s.apimachinery.pkg.runtime.RawExtension",
+    "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSON",
+];
+
 /// Does the schema take keys it does not declare?
 fn open(s: &Value, defs: &Map<String, Value>) -> bool {
+    if refers_to(s, defs).any(|name| RAW_JSON.contains(&name)) {
+        return true;
+    }
     let s = resolve(s, defs);
     s["x-kubernetes-preserve-unknown-fields"] == true
         || s.get("additionalProperties").is_some_and(|a| a != false)
-        || s.get("properties").is_none()
+        // JSONSchemaPropsOr*: decoded by their own (lenient) unmarshalers.
+        || s.get("oneOf").is_some()
+        // An object where a string or number belongs is a type error, not unknown fields.
+        || s.get("type").and_then(Value::as_str).is_some_and(|t| t != "object")
+}
+
+/// The names of the definitions `s` refers to, through `$ref`s (and lone `allOf`s).
+fn refers_to<'a>(s: &'a Value, defs: &'a Map<String, Value>) -> impl Iterator<Item = &'a str> + 'a {
+    std::iter::successors(ref_name(s), move |name| defs.get(*name).and_then(ref_name)).take(8)
+}
+
+fn ref_name(s: &Value) -> Option<&str> {
+    s.get("$ref")
+        .or_else(|| s.pointer("/allOf/0/$ref"))
+        .and_then(Value::as_str)
+        .and_then(|r| r.strip_prefix("#/components/schemas/"))
 }
 
 fn walk(v: &Value, s: &Value, defs: &Map<String, Value>, path: &str, out: &mut Vec<String>) {
+    // Before resolving: whether `s` is open can depend on the definition it names.
+    let is_open = open(s, defs);
     let s = resolve(s, defs);
     match v {
         Value::Object(fields) => {
@@ -73,7 +102,7 @@ fn walk(v: &Value, s: &Value, defs: &Map<String, Value>, path: &str, out: &mut V
                 let at = format!("{path}.{k}");
                 match props.and_then(|p| p.get(k)).or(extra) {
                     Some(cs) => walk(child, cs, defs, &at, out),
-                    None if open(s, defs) || embedded_meta(s, k) => {}
+                    None if is_open || embedded_meta(s, k) => {}
                     None => out.push(at),
                 }
             }
@@ -125,5 +154,37 @@ mod tests {
         let w = json!({"metadata": {"name": "w", "namespace": "default"},
             "spec": {"size": 1, "free": {"a": 1}, "tags": {"b": "c"}, "foo": 2}, "top": 1});
         assert_eq!(unknown_fields(&info, &w), vec!["spec.foo", "top"]);
+    }
+
+    #[test]
+    fn an_object_without_properties_takes_no_key_unless_it_holds_raw_json() {
+        let mut info = ResourceInfo::builtin("x.dev", "v1", "widgets", "Widget", true, false);
+        info.schema = Some(Arc::new(json!({"type": "object", "properties": {
+            "spec": {"type": "object", "properties": {
+                "closed": {"type": "object"},
+                "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}})));
+        let w = json!({"spec": {"closed": {"foo": 1}, "free": {"bar": 2}}});
+        assert_eq!(unknown_fields(&info, &w), vec!["spec.closed.foo"]);
+
+        // managedFields' fieldsV1 is raw JSON (FieldsV1); an empty Go struct (the CRD's
+        // status subresource) takes no key.
+        let pods = ResourceInfo::builtin("", "v1", "pods", "Pod", true, true);
+        let pod = json!({"metadata": {"name": "p", "managedFields": [
+            {"manager": "m", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {".": {}}}}]}});
+        assert!(unknown_fields(&pods, &pod).is_empty());
+        let crds = ResourceInfo::builtin(
+            "apiextensions.k8s.io",
+            "v1",
+            "customresourcedefinitions",
+            "CustomResourceDefinition",
+            false,
+            true,
+        );
+        let crd = json!({"spec": {"versions": [{"name": "v1", "subresources": {"status": {"foo": 1}},
+            "schema": {"openAPIV3Schema": {"type": "object", "default": {"any": 1}}}}]}});
+        assert_eq!(
+            unknown_fields(&crds, &crd),
+            vec!["spec.versions[0].subresources.status.foo"]
+        );
     }
 }
