@@ -3,7 +3,8 @@
 //! the server's words, `strict decoding error: unknown field "spec.foo"`, or for a patch
 //! a 422 about the object it produced), reported in a `Warning` header (`Warn`, the
 //! server's default) or dropped silently (`Ignore`).
-//! Custom resources drop them on every write anyway (pruning, the `validation` module).
+//! Either way they are not stored: custom resources are pruned (the `validation` module),
+//! built-in kinds lose them as the server's decoding into their Go types does.
 
 use std::collections::HashMap;
 
@@ -12,7 +13,7 @@ use axum::response::Response;
 use serde_json::Value;
 
 use crate::errors::ApiError;
-use crate::openapi::unknown_fields;
+use crate::openapi::{drop_unknown_fields, unknown_fields};
 use crate::store::ResourceInfo;
 
 /// The request's `fieldValidation`.
@@ -37,7 +38,11 @@ impl Directive {
 
     /// The warnings to send (`Warn`), or the refusal (`Strict`), for the fields of a created
     /// or updated object.
-    pub(crate) fn check(self, info: &ResourceInfo, body: &Value) -> Result<Vec<String>, ApiError> {
+    pub(crate) fn check(
+        self,
+        info: &ResourceInfo,
+        body: &mut Value,
+    ) -> Result<Vec<String>, ApiError> {
         let unknown = self.unknown(info, body);
         if self == Self::Strict && !unknown.is_empty() {
             return Err(ApiError::bad_request(format!(
@@ -57,11 +62,11 @@ impl Directive {
     pub(crate) fn check_patched(
         self,
         info: &ResourceInfo,
-        patched: &Value,
+        patched: &mut Value,
     ) -> Result<Vec<String>, ApiError> {
         let unknown = self.unknown(info, patched);
         if self == Self::Strict && !unknown.is_empty() {
-            let object = serde_json::to_string(patched).unwrap_or_default();
+            let object = serde_json::to_string(&*patched).unwrap_or_default();
             let message = format!(
                 "patch: Invalid value: {object:?}: strict decoding error: {}",
                 unknown.join(", ")
@@ -77,11 +82,20 @@ impl Directive {
     }
 
     /// `unknown field "..."` for each field the schema does not declare (none under Ignore).
-    fn unknown(self, info: &ResourceInfo, obj: &Value) -> Vec<String> {
+    /// Unless refused, a built-in kind's object loses those fields, as the server's decoding
+    /// into the Go type drops them; custom resources are pruned later (`validation`).
+    fn unknown(self, info: &ResourceInfo, obj: &mut Value) -> Vec<String> {
+        let found = unknown_fields(info, obj);
+        if found.is_empty() {
+            return found;
+        }
+        if self != Self::Strict && info.schema.is_none() {
+            drop_unknown_fields(info, obj);
+        }
         if self == Self::Ignore {
             return vec![];
         }
-        unknown_fields(info, obj)
+        found
             .into_iter()
             .map(|f| format!("unknown field \"{f}\""))
             .collect()
@@ -108,17 +122,24 @@ mod tests {
     fn strict_refuses_warn_reports_ignore_passes() {
         let pods = ResourceInfo::builtin("", "v1", "pods", "Pod", true, true);
         let pod = json!({"metadata": {"name": "p"}, "spec": {"foo": 1}});
-        let e = Directive::Strict.check(&pods, &pod).unwrap_err();
+        let e = Directive::Strict
+            .check(&pods, &mut pod.clone())
+            .unwrap_err();
         assert_eq!(e.code, 400);
         assert_eq!(
             e.message,
             "Pod in version \"v1\" cannot be handled as a Pod: strict decoding error: unknown field \"spec.foo\""
         );
         assert_eq!(
-            Directive::Warn.check(&pods, &pod).unwrap(),
+            Directive::Warn.check(&pods, &mut pod.clone()).unwrap(),
             vec!["unknown field \"spec.foo\""]
         );
-        assert!(Directive::Ignore.check(&pods, &pod).unwrap().is_empty());
+        assert!(
+            Directive::Ignore
+                .check(&pods, &mut pod.clone())
+                .unwrap()
+                .is_empty()
+        );
         let q = [("fieldValidation".to_string(), "Loose".to_string())]
             .into_iter()
             .collect();

@@ -359,7 +359,7 @@ async fn resource(
         }
         Verb::Watch => watch::serve(st, &info, ns.map(str::to_string), q),
         Verb::Create => {
-            let v = parse_body(body)?;
+            let mut v = parse_body(body)?;
             if sub == Some("binding") {
                 st.store.lock().bind_pod(
                     &info,
@@ -375,14 +375,14 @@ async fn resource(
             if name.is_some() {
                 return Err(ApiError::method_not_allowed());
             }
-            let warnings = Directive::from_query(q)?.check(&info, &v)?;
+            let warnings = Directive::from_query(q)?.check(&info, &mut v)?;
             let owner = Ownership::Update(&manager);
             let o = st.store.lock().create(&info, ns, v, dry_run, owner)?;
             Ok(with_warnings(json_response(201, &*o), &warnings))
         }
         Verb::Update => {
-            let v = parse_body(body)?;
-            let warnings = Directive::from_query(q)?.check(&info, &v)?;
+            let mut v = parse_body(body)?;
+            let warnings = Directive::from_query(q)?.check(&info, &mut v)?;
             let name = name.unwrap_or_default();
             let owner = Ownership::Update(&manager);
             let o = st

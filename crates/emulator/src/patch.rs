@@ -163,8 +163,8 @@ pub(crate) fn patch_object(
     let manager = field_manager(q, headers);
     let mut store = store.lock();
     let current = store.get(info, ns, name)?;
-    let patched = apply_patch(kind, &current, body)?;
-    let warnings = validation.check_patched(info, &patched)?;
+    let mut patched = apply_patch(kind, &current, body)?;
+    let warnings = validation.check_patched(info, &mut patched)?;
     let owner = Ownership::Update(&manager);
     let o = store.update(info, ns, name, patched, mode, dry_run, owner)?;
     Ok((200, o, warnings))

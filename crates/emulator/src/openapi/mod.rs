@@ -22,7 +22,7 @@ use crate::store::{ResourceInfo, Store};
 use builtin::{OBJECT_META, builtins};
 use paths::resource_paths;
 
-pub(crate) use unknown::unknown_fields;
+pub(crate) use unknown::{drop_unknown_fields, unknown_fields};
 
 /// `group/version` as the document's path names it: `api/v1`, `apis/<group>/<version>`.
 fn doc_path(info: &ResourceInfo) -> String {

@@ -13,6 +13,62 @@ use crate::store::ResourceInfo;
 
 /// The paths of the fields in `obj` that the resource's schema does not declare.
 pub(crate) fn unknown_fields(info: &ResourceInfo, obj: &Value) -> Vec<String> {
+    find(info, obj).iter().map(|p| name(p)).collect()
+}
+
+/// Removes the fields of a built-in kind's object that its schema does not declare, as
+/// the server does by decoding the object into its Go type (which has nowhere to keep
+/// them) when `fieldValidation` lets them through. Custom resources are pruned instead.
+pub(crate) fn drop_unknown_fields(info: &ResourceInfo, obj: &mut Value) {
+    for path in find(info, obj) {
+        remove(obj, &path);
+    }
+}
+
+/// One step of a field's path.
+#[derive(Debug, Clone)]
+enum Step {
+    Key(String),
+    Index(usize),
+}
+
+/// `spec.containers[0].extra`, as strict decoding names a field.
+fn name(path: &[Step]) -> String {
+    let mut out = String::new();
+    for step in path {
+        match step {
+            Step::Key(k) if out.is_empty() => out.push_str(k),
+            Step::Key(k) => {
+                out.push('.');
+                out.push_str(k);
+            }
+            Step::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    out
+}
+
+fn remove(obj: &mut Value, path: &[Step]) {
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut at = obj;
+    for step in parents {
+        let next = match step {
+            Step::Key(k) => at.get_mut(k.as_str()),
+            Step::Index(i) => at.get_mut(*i),
+        };
+        match next {
+            Some(v) => at = v,
+            None => return,
+        }
+    }
+    if let (Step::Key(k), Some(fields)) = (last, at.as_object_mut()) {
+        fields.remove(k);
+    }
+}
+
+fn find(info: &ResourceInfo, obj: &Value) -> Vec<Vec<Step>> {
     let defs = &builtins().definitions;
     let schema = match &info.schema {
         Some(s) => s.as_ref(),
@@ -25,16 +81,19 @@ pub(crate) fn unknown_fields(info: &ResourceInfo, obj: &Value) -> Vec<String> {
     let Some(fields) = obj.as_object() else {
         return out;
     };
+    let mut path = Vec::new();
     for (k, v) in fields {
+        path.push(Step::Key(k.clone()));
         match k.as_str() {
             "apiVersion" | "kind" => {}
-            "metadata" => walk(v, &defs[OBJECT_META], defs, "metadata", &mut out),
+            "metadata" => walk(v, &defs[OBJECT_META], defs, &mut path, &mut out),
             _ => match properties(schema, defs).and_then(|p| p.get(k)) {
-                Some(s) => walk(v, s, defs, k, &mut out),
+                Some(s) => walk(v, s, defs, &mut path, &mut out),
                 None if open(schema, defs) => {}
-                None => out.push(k.clone()),
+                None => out.push(path.clone()),
             },
         }
+        path.pop();
     }
     out
 }
@@ -90,7 +149,13 @@ fn ref_name(s: &Value) -> Option<&str> {
         .and_then(|r| r.strip_prefix("#/components/schemas/"))
 }
 
-fn walk(v: &Value, s: &Value, defs: &Map<String, Value>, path: &str, out: &mut Vec<String>) {
+fn walk(
+    v: &Value,
+    s: &Value,
+    defs: &Map<String, Value>,
+    path: &mut Vec<Step>,
+    out: &mut Vec<Vec<Step>>,
+) {
     // Before resolving: whether `s` is open can depend on the definition it names.
     let is_open = open(s, defs);
     let s = resolve(s, defs);
@@ -99,18 +164,21 @@ fn walk(v: &Value, s: &Value, defs: &Map<String, Value>, path: &str, out: &mut V
             let props = s.get("properties").and_then(Value::as_object);
             let extra = s.get("additionalProperties").filter(|a| a.is_object());
             for (k, child) in fields {
-                let at = format!("{path}.{k}");
+                path.push(Step::Key(k.clone()));
                 match props.and_then(|p| p.get(k)).or(extra) {
-                    Some(cs) => walk(child, cs, defs, &at, out),
+                    Some(cs) => walk(child, cs, defs, path, out),
                     None if is_open || embedded_meta(s, k) => {}
-                    None => out.push(at),
+                    None => out.push(path.clone()),
                 }
+                path.pop();
             }
         }
         Value::Array(items) => {
             if let Some(is) = s.get("items") {
                 for (i, item) in items.iter().enumerate() {
-                    walk(item, is, defs, &format!("{path}[{i}]"), out);
+                    path.push(Step::Index(i));
+                    walk(item, is, defs, path, out);
+                    path.pop();
                 }
             }
         }
@@ -139,6 +207,18 @@ mod tests {
         assert_eq!(
             unknown_fields(&pods, &pod),
             vec!["metadata.bogus", "spec.containers[0].extra", "spec.foo"]
+        );
+    }
+
+    #[test]
+    fn built_in_kinds_lose_unknown_fields_as_their_go_types_would() {
+        let pods = ResourceInfo::builtin("", "v1", "pods", "Pod", true, true);
+        let mut pod = json!({"metadata": {"name": "p", "bogus": 1},
+            "spec": {"containers": [{"name": "c", "extra": true}], "foo": 1}});
+        drop_unknown_fields(&pods, &mut pod);
+        assert_eq!(
+            pod,
+            json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}})
         );
     }
 
