@@ -1,5 +1,7 @@
-//! The core/v1 event table, as kube-apiserver's printer (`printEvent`) builds it: LAST
-//! SEEN (with the series' count), TYPE, REASON, OBJECT (`kind/name`), MESSAGE.
+//! The event table, as kube-apiserver's printer (`printEvent`) builds it for both core/v1
+//! and events.k8s.io/v1 (one storage, one printer): LAST SEEN (the age of the last
+//! observation; the `(x3 over 5m)` form is kubectl describe's own), TYPE, REASON, OBJECT
+//! (`kind/name`), MESSAGE, and at priority 1 SUBOBJECT, SOURCE, FIRST SEEN, COUNT, NAME.
 
 use serde_json::{Value, json};
 
@@ -76,6 +78,7 @@ pub(crate) fn columns() -> Vec<Value> {
     ]
 }
 
+/// The cells of a core/v1 event (an events.k8s.io/v1 one is converted first).
 pub(crate) fn cells(ev: &Value, now: jiff::Timestamp) -> Vec<Value> {
     let s = |p: &str| {
         ev.pointer(p)
@@ -83,29 +86,29 @@ pub(crate) fn cells(ev: &Value, now: jiff::Timestamp) -> Vec<Value> {
             .filter(|s| !s.is_empty())
     };
     let first = s("/firstTimestamp").or(s("/eventTime"));
-    let last = s("/lastTimestamp").or(first);
-    let last_seen = match (
-        ev.pointer("/series/count").and_then(Value::as_i64),
-        s("/series/lastObservedTime"),
-    ) {
-        (Some(n), Some(at)) => {
-            format!("{} (x{n} over {})", since(Some(at), now), since(first, now))
-        }
-        _ => since(last, now),
+    let series = ev.get("series").filter(|v| !v.is_null());
+    let (last_seen, count) = match series {
+        Some(series) => (
+            since(series["lastObservedTime"].as_str(), now),
+            series["count"].as_i64().unwrap_or(0),
+        ),
+        None => (
+            since(s("/lastTimestamp").or(first), now),
+            // A singleton event has no count in the new API.
+            ev["count"].as_i64().filter(|n| *n != 0).unwrap_or(1),
+        ),
     };
-    let object = format!(
-        "{}/{}",
-        s("/involvedObject/kind").unwrap_or_default().to_lowercase(),
-        s("/involvedObject/name").unwrap_or_default()
-    );
-    let source = s("/source/component")
-        .or(s("/reportingComponent"))
-        .unwrap_or_default();
-    let count = ev
-        .pointer("/series/count")
-        .or(ev.pointer("/count"))
-        .and_then(Value::as_i64)
-        .unwrap_or(1);
+    let kind = s("/involvedObject/kind").unwrap_or_default().to_lowercase();
+    let object = match s("/involvedObject/name") {
+        Some(name) => format!("{kind}/{name}"),
+        None => kind,
+    };
+    let component = s("/source/component").or(s("/reportingComponent"));
+    let instance = s("/source/host").or(s("/reportingInstance"));
+    let source = match (component.unwrap_or_default(), instance) {
+        (c, Some(i)) => format!("{c}, {i}"),
+        (c, None) => c.to_string(),
+    };
     vec![
         json!(last_seen),
         json!(s("/type").unwrap_or_default()),
@@ -115,7 +118,7 @@ pub(crate) fn cells(ev: &Value, now: jiff::Timestamp) -> Vec<Value> {
         json!(source),
         json!(s("/message").unwrap_or_default().trim()),
         json!(since(first, now)),
-        json!(count.to_string()),
+        json!(count),
         json!(s("/metadata/name").unwrap_or_default()),
     ]
 }
@@ -142,5 +145,21 @@ mod tests {
         );
         assert_eq!(cells[5], json!("slice-operator"));
         assert_eq!(cells[6], json!("created group 0"));
+        assert_eq!(cells[8], json!(1));
+    }
+
+    #[test]
+    fn a_series_reads_as_its_last_observation() {
+        let ev = json!({"metadata": {"name": "n.2"}, "type": "Normal", "reason": "Resized",
+            "involvedObject": {"kind": "Node"}, "message": "m",
+            "eventTime": "2026-01-01T00:00:00.000000Z",
+            "series": {"count": 3, "lastObservedTime": "2026-01-01T00:00:50.000000Z"},
+            "reportingComponent": "slice-operator", "reportingInstance": "op-0"});
+        let now = "2026-01-01T00:01:00Z".parse().unwrap();
+        let cells = cells(&ev, now);
+        assert_eq!(cells[0], json!("10s"));
+        assert_eq!(cells[3], json!("node"));
+        assert_eq!(cells[5], json!("slice-operator, op-0"));
+        assert_eq!((&cells[7], &cells[8]), (&json!("60s"), &json!(3)));
     }
 }

@@ -1,8 +1,10 @@
 //! Server-side printing: the `Table` (meta.k8s.io/v1) a client gets when it asks for one
 //! in Accept (`application/json;as=Table;v=v1;g=meta.k8s.io`, as `kubectl get` does).
-//! Pods, nodes and core events get the columns of kube-apiserver's printers (`pods`,
-//! `nodes`, `events`); a custom resource its CRD's `additionalPrinterColumns` (`crd`);
-//! any other kind the server's default table (Name, Created At). Every row carries the
+//! Pods, nodes and events (core/v1 and events.k8s.io/v1) get the columns of
+//! kube-apiserver's printers (`pods`, `nodes`, `events`); a custom resource its CRD's
+//! `additionalPrinterColumns` (`crd`). Any other kind gets NAME and CREATED AT, the
+//! server's table for kinds without a printer: not what the real server prints for the
+//! built-in kinds that have one (services, configmaps, namespaces, ...). Every row carries the
 //! object as `includeObject` asks: `Metadata` (the default: a PartialObjectMetadata),
 //! `Object`, or `None`.
 
@@ -19,6 +21,7 @@ use axum::http::{HeaderMap, header};
 use serde_json::{Value, json};
 
 use crate::errors::ApiError;
+use crate::event_versions::view;
 use crate::store::{Obj, ResourceInfo};
 
 /// What each row carries of its object (`includeObject`).
@@ -127,12 +130,17 @@ fn is_core(info: &ResourceInfo, plural: &str) -> bool {
     info.crd_name.is_none() && info.is("", plural)
 }
 
+/// Events in either version: the server prints both with one printer.
+fn is_event(info: &ResourceInfo) -> bool {
+    is_core(info, "events") || (info.crd_name.is_none() && info.is("events.k8s.io", "events"))
+}
+
 fn columns(info: &ResourceInfo) -> Vec<Value> {
     match () {
         _ if info.crd_name.is_some() => crd::columns(&info.printer_columns),
         _ if is_core(info, "pods") => pods::columns(),
         _ if is_core(info, "nodes") => nodes::columns(),
-        _ if is_core(info, "events") => events::columns(),
+        _ if is_event(info) => events::columns(),
         _ => vec![
             cells::name_column(),
             cells::column("Created At", "date", "", cells::AGE, 0),
@@ -140,12 +148,12 @@ fn columns(info: &ResourceInfo) -> Vec<Value> {
     }
 }
 
-fn cells(info: &ResourceInfo, obj: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
+fn cells(info: &ResourceInfo, obj: &Obj, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
     match () {
         _ if info.crd_name.is_some() => (crd::cells(&info.printer_columns, obj, now), None),
         _ if is_core(info, "pods") => pods::row(obj, now),
         _ if is_core(info, "nodes") => (nodes::cells(obj, now), None),
-        _ if is_core(info, "events") => (events::cells(obj, now), None),
+        _ if is_event(info) => (events::cells(&view("v1", obj), now), None),
         _ => {
             let meta = |f: &str| {
                 obj.pointer(&format!("/metadata/{f}"))
@@ -224,5 +232,26 @@ mod tests {
             "v"
         );
         assert!(table(Include::None)["rows"][0]["object"].is_null());
+    }
+
+    #[test]
+    fn events_k8s_io_events_print_as_core_events() {
+        let info = ResourceInfo::builtin("events.k8s.io", "v1", "events", "Event", true, false);
+        let ev: Obj = Arc::new(json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": "demo.1"}, "type": "Normal", "reason": "GroupCreated",
+            "regarding": {"kind": "TrainCluster", "name": "demo"}, "note": "created",
+            "eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "slice-operator"}));
+        let request = TableRequest {
+            api_version: "meta.k8s.io/v1",
+            include: Include::None,
+        };
+        let t = request.table(&info, std::slice::from_ref(&ev), json!({}));
+        assert_eq!(t["columnDefinitions"][0]["name"], "Last Seen");
+        let cells = &t["rows"][0]["cells"];
+        assert_eq!(cells[3], "traincluster/demo");
+        assert_eq!(
+            (&cells[5], &cells[6]),
+            (&json!("slice-operator"), &json!("created"))
+        );
     }
 }
