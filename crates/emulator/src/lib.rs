@@ -32,10 +32,11 @@
 //!   requests by FlowSchemas as the server does, and queues them only in the priority levels
 //!   a test limits ([`PriorityLevels`]; the `apf` module lists its approximations). No
 //!   protobuf, no aggregated discovery (plain JSON is returned; clients fall back to it), no
-//!   `/openapi/v2`. Server-side printing (`Table`, the `table` module), OpenAPI v3 (the
-//!   `openapi` module), `fieldValidation` (the `field_validation` module) and field
-//!   selectors per resource (the `fields` module) follow the server, so kubectl works
-//!   without flags.
+//!   `/openapi/v2`. Server-side printing (`Table`, the `table` module: the server's
+//!   columns for pods, nodes, events and custom resources, NAME and CREATED AT for every
+//!   other kind), OpenAPI v3 (the `openapi` module), `fieldValidation` (the
+//!   `field_validation` module) and field selectors per resource (the `fields` module)
+//!   follow the server, so kubectl works without flags.
 //! * Strategic merge patch is applied as a JSON merge patch (lists replaced wholesale,
 //!   `$patch`-style directives stripped).
 //! * Server-side apply and `metadata.managedFields` follow kube-apiserver

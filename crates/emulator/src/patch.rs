@@ -19,7 +19,8 @@ use serde_json::{Value, json};
 
 use super::errors::ApiError;
 use super::field_validation::Directive;
-use super::ssa::{Ownership, apply, check_config};
+use super::openapi::unknown_fields;
+use super::ssa::{Ownership, apply, check_config, not_declared};
 use super::store::{Obj, ResourceInfo, SharedStore, WriteMode};
 
 /// The kind of patch, from the request Content-Type.
@@ -191,6 +192,19 @@ fn apply_object(
     let config = parse_apply_body(body)?;
     let target = info.target((mode == WriteMode::Status).then_some("status"));
     check_config(&target, &config, ns.unwrap_or(""), name)?;
+    // A built-in kind's configuration is typed by its Go type's schema, which has no place
+    // for an unknown field either (the path is named by index where the server names a
+    // list item by its key).
+    if info.schema.is_none()
+        && let Some(field) = unknown_fields(info, &config).first()
+    {
+        return Err(not_declared(
+            &config,
+            ns.unwrap_or(""),
+            name,
+            &format!(".{field}"),
+        ));
+    }
     let mut store = store.lock();
     let live = match store.get(info, ns, name) {
         Ok(live) => live,

@@ -145,3 +145,17 @@ async fn a_built_in_kind_keeps_no_unknown_field() {
     );
     assert_eq!(stored["data"], json!({"a": "1"}));
 }
+
+#[tokio::test]
+async fn server_side_apply_of_a_built_in_kind_refuses_an_unknown_field() {
+    let emu = emu().await;
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "dta": {"a": "1"}});
+    let uri = format!("{CMS}/c?fieldManager=me");
+    let r = send(&emu, "PATCH", &uri, "application/apply-patch+yaml", cm).await;
+    assert_eq!(r.code, 500, "{}", r.body);
+    assert_eq!(
+        r.body["message"],
+        "failed to create typed patch object (default/c; /v1, Kind=ConfigMap): .dta: field not declared in schema"
+    );
+    assert_eq!(emu.object("v1", "configmaps", Some("default"), "c"), None);
+}
