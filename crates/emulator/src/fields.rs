@@ -10,7 +10,11 @@ use crate::store::ResourceInfo;
 
 const META: &[&str] = &["metadata.name", "metadata.namespace"];
 
+/// `spec.host` is the old name of `spec.nodeName` (the server converts it); `status.podIPs`
+/// is accepted though a pod is not matched on it (`selectors` reads it as empty).
 const POD: &[&str] = &[
+    "spec.host",
+    "status.podIPs",
     "spec.nodeName",
     "spec.restartPolicy",
     "spec.schedulerName",
@@ -68,21 +72,21 @@ fn allowed(info: &ResourceInfo, label: &str) -> bool {
         return EVENTS_V1.contains(&label);
     }
     if info.crd_name.is_some() {
-        // Custom resources: the name, the namespace when namespaced, the CRD's own.
-        return label == "metadata.name"
-            || (label == "metadata.namespace" && info.namespaced)
-            || info.selectable_fields.iter().any(|f| f == label);
+        // Custom resources: the name and namespace (cluster-scoped ones too, matching no
+        // namespace), the CRD's own.
+        return META.contains(&label) || info.selectable_fields.iter().any(|f| f == label);
     }
-    let specific: &[&str] = match (info.group.as_str(), info.plural.as_str()) {
-        ("", "pods") => POD,
-        ("", "events") => EVENT,
-        ("", "nodes") => &["spec.unschedulable"],
-        ("", "namespaces") => &["status.phase"],
-        ("", "secrets") => &["type"],
-        ("", "services") => &["spec.clusterIP", "spec.type"],
-        _ => &[],
+    // Nodes and namespaces have conversions of their own, which leave out the namespace.
+    let (meta, specific): (&[&str], &[&str]) = match (info.group.as_str(), info.plural.as_str()) {
+        ("", "pods") => (META, POD),
+        ("", "events") => (META, EVENT),
+        ("", "nodes") => (&["metadata.name"], &["spec.unschedulable"]),
+        ("", "namespaces") => (&["metadata.name"], &["status.phase"]),
+        ("", "secrets") => (META, &["type"]),
+        ("", "services") => (META, &["spec.clusterIP", "spec.type"]),
+        _ => (META, &[]),
     };
-    META.contains(&label) || specific.contains(&label)
+    meta.contains(&label) || specific.contains(&label)
 }
 
 fn unsupported(label: &str) -> ApiError {
@@ -112,10 +116,31 @@ mod tests {
         let mut crs = ResourceInfo::builtin("x.dev", "v1", "widgets", "Widget", false, false);
         crs.crd_name = Some("widgets.x.dev".into());
         assert!(check(&crs, "metadata.name=a").is_ok());
-        // A cluster-scoped custom resource has no namespace to select on.
-        assert!(check(&crs, "metadata.namespace=a").is_err());
+        // A cluster-scoped custom resource takes the label too (and matches no namespace).
+        assert!(check(&crs, "metadata.namespace=a").is_ok());
+        // Nodes and namespaces have conversions of their own, without it.
+        let nodes = ResourceInfo::builtin("", "v1", "nodes", "Node", false, true);
+        assert!(check(&nodes, "metadata.name=a,spec.unschedulable=true").is_ok());
+        assert!(check(&nodes, "metadata.namespace=a").is_err());
+        let namespaces = ResourceInfo::builtin("", "v1", "namespaces", "Namespace", false, true);
+        assert!(check(&namespaces, "metadata.namespace=a").is_err());
         crs.selectable_fields = vec!["spec.color".into()];
         assert!(check(&crs, "spec.color=red").is_ok());
+    }
+
+    #[test]
+    fn pods_take_the_old_host_label_and_pod_ips() {
+        let pods = ResourceInfo::builtin("", "v1", "pods", "Pod", true, true);
+        let pod = json!({"spec": {"nodeName": "n1"},
+            "status": {"podIP": "10.0.0.1", "podIPs": [{"ip": "10.0.0.1"}]}});
+        assert!(check(&pods, "spec.host=n1").unwrap().matches(&pod));
+        // Accepted, but not among the fields a pod is matched on: it reads as empty.
+        assert!(check(&pods, "status.podIPs=").unwrap().matches(&pod));
+        assert!(
+            !check(&pods, "status.podIPs=10.0.0.1")
+                .unwrap()
+                .matches(&pod)
+        );
     }
 
     #[test]

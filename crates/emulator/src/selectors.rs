@@ -175,6 +175,10 @@ fn field_value(obj: &Value, path: &str) -> String {
         "spec.hostNetwork" | "spec.unschedulable" => {
             at(path).is_some_and(|v| v == true).to_string()
         }
+        // The server converts the old label to the new one.
+        "spec.host" => text(at("spec.nodeName")),
+        // A label the server accepts but does not match pods on: always empty.
+        "status.podIPs" => String::new(),
         "source" => match text(at("source.component")) {
             s if s.is_empty() => text(at("reportingComponent")),
             s => s,
