@@ -30,10 +30,7 @@ pub fn render_svg(scenario: &str, runs: &[(&str, &Summary)]) -> Result<String, S
                 .map(move |c| (label.to_string(), *s, c.as_str()))
         })
         .collect();
-    let steps = runs
-        .first()
-        .map(|(_, s)| faults(&s.steps))
-        .unwrap_or_default();
+    let steps = step_lines(runs);
     let head = 44 + 18 * steps.len() as u32;
     let height = head + PANEL * panels.len().max(1) as u32;
     let mut svg = String::new();
@@ -43,6 +40,31 @@ pub fn render_svg(scenario: &str, runs: &[(&str, &Summary)]) -> Result<String, S
         root.present().map_err(|e| e.to_string())?;
     }
     Ok(svg)
+}
+
+/// The title's list of the scripted steps: when each ran, in every run (the runs of
+/// `compare` take the same steps at their own times).
+fn step_lines(runs: &[(&str, &Summary)]) -> Vec<String> {
+    let per_run: Vec<_> = runs.iter().map(|(l, s)| (*l, faults(&s.steps))).collect();
+    let Some((_, first)) = per_run.first() else {
+        return vec![];
+    };
+    first
+        .iter()
+        .enumerate()
+        .map(|(i, (at, n, what))| {
+            if per_run.len() == 1 {
+                return format!("step {n} at {at:.1} s: {what}");
+            }
+            let times: Vec<String> = per_run
+                .iter()
+                .filter_map(|(label, steps)| {
+                    steps.get(i).map(|(t, ..)| format!("{label} at {t:.1} s"))
+                })
+                .collect();
+            format!("step {n}: {what} ({})", times.join(", "))
+        })
+        .collect()
 }
 
 /// The scripted steps that act (waits do not): when, their number, what they did.
@@ -60,7 +82,7 @@ fn draw(
     root: &Area,
     scenario: &str,
     head: u32,
-    steps: &[(f64, String, String)],
+    steps: &[String],
     panels: &[(String, &Summary, &str)],
 ) -> Result<(), Failed> {
     root.fill(&WHITE)?;
@@ -77,10 +99,9 @@ fn draw(
         (420, 14),
         ("sans-serif", 13).into_font().color(&BLACK.mix(0.6)),
     ))?;
-    for (i, (at, n, what)) in steps.iter().enumerate() {
-        let line = format!("step {n} at {at:.1} s: {what}");
+    for (i, line) in steps.iter().enumerate() {
         top.draw(&Text::new(
-            line,
+            line.as_str(),
             (16, 38 + 18 * i as i32),
             ("sans-serif", 14).into_font().color(&FAULT),
         ))?;
@@ -90,7 +111,8 @@ fn draw(
         .iter()
         .zip(panels)
     {
-        panel(area, label, summary, cluster, steps)?;
+        // Each run's panels mark the steps at that run's own times.
+        panel(area, label, summary, cluster, &faults(&summary.steps))?;
     }
     Ok(())
 }
@@ -272,4 +294,62 @@ where
         ("sans-serif", 13).into_font().color(&RECOVERY),
     )])?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// One cluster, one scripted step at `at` seconds, 100 s long.
+    fn run(at: f64) -> Summary {
+        let point = |t: f64| Point {
+            at: t,
+            phase: Phase::Running,
+            ready: 2,
+            desired: 2,
+            spares: 0,
+        };
+        Summary {
+            elapsed: Duration::from_secs(100),
+            history: [("demo".to_string(), vec![point(0.0), point(90.0)])].into(),
+            steps: vec![(at, "step 1 kill pod demo-0".to_string())],
+            ..Summary::default()
+        }
+    }
+
+    /// The x coordinates of the red (scripted step) lines.
+    fn step_lines(svg: &str) -> Vec<String> {
+        svg.lines()
+            .filter(|l| l.contains("<polyline") && l.contains("#D62728"))
+            .filter_map(|l| {
+                l.split("points=\"")
+                    .nth(1)?
+                    .split(',')
+                    .next()
+                    .map(str::to_string)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_run_draws_its_own_step_times() {
+        let (early, late) = (run(20.0), run(60.0));
+        let svg = render_svg("s", &[("a", &early), ("b", &late)]).unwrap();
+        let lines = step_lines(&svg);
+        assert_eq!(lines.len(), 2, "{svg}");
+        assert_ne!(
+            lines[0], lines[1],
+            "both panels drew the first run's step time"
+        );
+        assert!(
+            svg.contains("step 1: kill pod demo-0 (a at 20.0 s, b at 60.0 s)"),
+            "{svg}"
+        );
+        let single = render_svg("s", &[("", &early)]).unwrap();
+        assert!(
+            single.contains("step 1 at 20.0 s: kill pod demo-0"),
+            "{single}"
+        );
+    }
 }
