@@ -202,14 +202,23 @@ fn first_time(text: &str, needle: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn start_costs_goodput_and_the_comparison_without_spares() {
     let out = Arc::new(Mutex::new(Vec::<u8>::new()));
+    // A picture that cannot be written is a warning; the run (and --serve) goes on.
+    let picture = std::env::temp_dir()
+        .join(format!("slice-sim-missing-{}", std::process::id()))
+        .join("spares.svg");
     let options = SimulateOptions {
         scenario: Scenario::from_yaml(SPARES).unwrap(),
         serve: None,
         settle_timeout: Duration::from_secs(30),
-        picture: None,
+        picture: Some(picture.clone()),
     };
     let with = simulate(options, out.clone()).await.unwrap();
     let text = String::from_utf8(out.lock().unwrap().clone()).unwrap();
+    let warning = format!(
+        "warning: picture of the run not written to {}",
+        picture.display()
+    );
+    assert!(text.contains(&warning), "{text}");
     let without = with
         .without_spares
         .as_deref()

@@ -55,20 +55,26 @@ pub struct SimulateOptions {
     pub picture: Option<PathBuf>,
 }
 
-/// Writes the picture of the scenario's runs to `path`, if asked, and says where.
-fn write_picture(
-    path: Option<&PathBuf>,
-    name: &str,
-    runs: &[(&str, &Summary)],
-    out: &Out,
-) -> anyhow::Result<()> {
+/// Writes the picture of the scenario's runs to `path`, if asked, and says where. The
+/// picture is a by-product: one that cannot be drawn or written is a warning, so the run
+/// (and `--serve` after it) goes on.
+fn write_picture(path: Option<&PathBuf>, name: &str, runs: &[(&str, &Summary)], out: &Out) {
     let Some(path) = path else {
-        return Ok(());
+        return;
     };
-    let svg = render_svg(name, runs).map_err(|e| anyhow::anyhow!("drawing the picture: {e}"))?;
-    std::fs::write(path, svg).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    print(out, &format!("picture of the run: {}\n", path.display()));
-    Ok(())
+    let written = render_svg(name, runs)
+        .map_err(|e| format!("drawing it: {e}"))
+        .and_then(|svg| std::fs::write(path, svg).map_err(|e| e.to_string()));
+    match written {
+        Ok(()) => print(out, &format!("picture of the run: {}\n", path.display())),
+        Err(e) => print(
+            out,
+            &format!(
+                "warning: picture of the run not written to {}: {e}\n",
+                path.display()
+            ),
+        ),
+    }
 }
 
 type Out = Arc<Mutex<dyn Write + Send>>;
@@ -87,7 +93,7 @@ pub async fn simulate(options: SimulateOptions, out: Out) -> anyhow::Result<Summ
         let run = run_once(scenario, options.settle_timeout, out.clone()).await?;
         print(&out, &render_summary(&scenario.name, &run.summary));
         let picture = options.picture.as_ref();
-        write_picture(picture, &scenario.name, &[("", &run.summary)], &out)?;
+        write_picture(picture, &scenario.name, &[("", &run.summary)], &out);
         let summary = run.summary.clone();
         run.finish(options.serve).await?;
         return Ok(summary);
@@ -126,7 +132,7 @@ pub async fn simulate(options: SimulateOptions, out: Out) -> anyhow::Result<Summ
         ),
     );
     let runs = [("with spares", &with), ("without spares", &without)];
-    write_picture(options.picture.as_ref(), &scenario.name, &runs, &out)?;
+    write_picture(options.picture.as_ref(), &scenario.name, &runs, &out);
     second.finish(options.serve).await?;
     with.without_spares = Some(Box::new(without));
     Ok(with)

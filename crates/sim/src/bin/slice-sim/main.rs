@@ -34,7 +34,8 @@ enum Command {
         /// Seconds to wait for every cluster to settle after the timeline.
         #[arg(long, default_value_t = 60)]
         settle_timeout: u64,
-        /// Write the picture of the run (SVG) here [default: simulate-<scenario name>.svg].
+        /// Write the picture of the run (SVG) here, or `none` for no picture
+        /// [default: simulate-<scenario name>.svg].
         #[arg(long, value_name = "SVG_OUT")]
         picture: Option<PathBuf>,
     },
