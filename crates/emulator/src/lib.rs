@@ -30,9 +30,13 @@
 //!   a request without one is the admin (`system:masters`). No authorization, admission
 //!   webhooks, ValidatingAdmissionPolicies or quota. API Priority and Fairness classifies
 //!   requests by FlowSchemas as the server does, and queues them only in the priority levels
-//!   a test limits ([`PriorityLevels`]; the `apf` module lists its approximations). No protobuf, no Table output, no aggregated
-//!   discovery (plain JSON is returned; clients fall back to it), no `/openapi` (404), so
-//!   `kubectl apply`/`create` need `--validate=false` (get/label/delete/describe/watch work).
+//!   a test limits ([`PriorityLevels`]; the `apf` module lists its approximations). No
+//!   protobuf, no aggregated discovery (plain JSON is returned; clients fall back to it), no
+//!   `/openapi/v2`. Server-side printing (`Table`, the `table` module: the server's
+//!   columns for pods, nodes, events and custom resources, NAME and CREATED AT for every
+//!   other kind), OpenAPI v3 (the `openapi` module), `fieldValidation` (the
+//!   `field_validation` module) and field selectors per resource (the `fields` module)
+//!   follow the server, so kubectl works without flags.
 //! * Strategic merge patch is applied as a JSON merge patch (lists replaced wholesale,
 //!   `$patch`-style directives stripped).
 //! * Server-side apply and `metadata.managedFields` follow kube-apiserver
@@ -68,7 +72,8 @@
 //! * Custom resources: pruning, defaulting, a subset of structural validation and CEL rules
 //!   (see the `validation` module). No conversion between CRD versions: every served
 //!   version shares one storage and objects keep the apiVersion they were written with.
-//! * Field selectors accept any dotted path (the real server only whitelisted fields).
+//! * events.k8s.io/v1 and core/v1 events share one storage (`event_versions`); writes
+//!   through one version of an event stored in the other convert it whole.
 //! * Pagination: continue tokens do not pin a snapshot; later pages reflect the current
 //!   state (objects are returned in `(namespace, name)` order, so no item is repeated).
 //!   Lists are always served from the latest state (any `resourceVersion` is "not older
@@ -91,15 +96,21 @@
 
 mod apf;
 mod defaults;
+mod discovery;
 mod errors;
+mod event_versions;
 mod faults;
+mod field_validation;
+mod fields;
 mod http;
+mod openapi;
 mod patch;
 mod requests;
 mod selectors;
 mod ssa;
 mod state;
 mod store;
+mod table;
 mod validation;
 mod watch;
 

@@ -18,7 +18,9 @@ use axum::http::{HeaderMap, header};
 use serde_json::{Value, json};
 
 use super::errors::ApiError;
-use super::ssa::{Ownership, apply, check_config};
+use super::field_validation::Directive;
+use super::openapi::unknown_fields;
+use super::ssa::{Ownership, apply, check_config, not_declared};
 use super::store::{Obj, ResourceInfo, SharedStore, WriteMode};
 
 /// The kind of patch, from the request Content-Type.
@@ -127,7 +129,8 @@ fn patch_options_invalid(field: &str, message: &str) -> ApiError {
     )
 }
 
-/// PATCH of one object through the main or status endpoint: (HTTP code, object).
+/// PATCH of one object through the main or status endpoint: (HTTP code, object, the
+/// `fieldValidation` warnings to send).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn patch_object(
     store: &SharedStore,
@@ -138,7 +141,7 @@ pub(crate) fn patch_object(
     q: &HashMap<String, String>,
     headers: &HeaderMap,
     body: &[u8],
-) -> Result<(u16, Obj), ApiError> {
+) -> Result<(u16, Obj, Vec<String>), ApiError> {
     let ct = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -153,16 +156,19 @@ pub(crate) fn patch_object(
             "Forbidden: may not be specified for non-apply patch",
         ));
     }
+    let validation = Directive::from_query(q)?;
     if kind == PatchKind::Apply {
-        return apply_object(store, info, ns, name, mode, q, body);
+        let (code, o) = apply_object(store, info, ns, name, mode, q, body)?;
+        return Ok((code, o, vec![]));
     }
     let manager = field_manager(q, headers);
     let mut store = store.lock();
     let current = store.get(info, ns, name)?;
-    let patched = apply_patch(kind, &current, body)?;
+    let mut patched = apply_patch(kind, &current, body)?;
+    let warnings = validation.check_patched(info, &mut patched)?;
     let owner = Ownership::Update(&manager);
     let o = store.update(info, ns, name, patched, mode, dry_run, owner)?;
-    Ok((200, o))
+    Ok((200, o, warnings))
 }
 
 /// Server-side apply; a missing object is created (through the main endpoint only).
@@ -186,6 +192,19 @@ fn apply_object(
     let config = parse_apply_body(body)?;
     let target = info.target((mode == WriteMode::Status).then_some("status"));
     check_config(&target, &config, ns.unwrap_or(""), name)?;
+    // A built-in kind's configuration is typed by its Go type's schema, which has no place
+    // for an unknown field either (the path is named by index where the server names a
+    // list item by its key).
+    if info.schema.is_none()
+        && let Some(field) = unknown_fields(info, &config).first()
+    {
+        return Err(not_declared(
+            &config,
+            ns.unwrap_or(""),
+            name,
+            &format!(".{field}"),
+        ));
+    }
     let mut store = store.lock();
     let live = match store.get(info, ns, name) {
         Ok(live) => live,

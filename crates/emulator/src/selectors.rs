@@ -105,8 +105,9 @@ impl LabelSelector {
     }
 }
 
-/// A parsed field selector (`metadata.name=x,spec.nodeName!=`). Any dotted path into the
-/// object is accepted (the real server only supports a per-resource whitelist).
+/// A parsed field selector (`metadata.name=x,spec.nodeName!=`). Which labels a resource
+/// accepts is checked by the `fields` module, as the real server's field label conversion
+/// does; here any dotted path into the object can be matched.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FieldSelector(Vec<(String, bool, String)>);
 
@@ -143,20 +144,46 @@ impl FieldSelector {
             .map(|(_, _, v)| v.as_str())
     }
 
+    /// The labels selected on, in order.
+    pub(crate) fn labels(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|(k, _, _)| k.as_str())
+    }
+
     /// Does the object match? Missing fields compare as the empty string.
     pub fn matches(&self, obj: &Value) -> bool {
-        self.0.iter().all(|(path, eq, want)| {
-            let mut cur = Some(obj);
-            for seg in path.split('.') {
-                cur = cur.and_then(|c| c.get(seg));
-            }
-            let got = match cur {
-                None | Some(Value::Null) => String::new(),
-                Some(Value::String(s)) => s.clone(),
-                Some(other) => other.to_string(),
-            };
-            (got == *want) == *eq
-        })
+        self.0
+            .iter()
+            .all(|(path, eq, want)| (field_value(obj, path) == *want) == *eq)
+    }
+}
+
+/// A field's value as the server's selectable field set gives it: booleans the server
+/// formats even when unset, an event's `source` falling back to its reporting component,
+/// any other path read from the object (missing: empty).
+fn field_value(obj: &Value, path: &str) -> String {
+    let at = |p: &str| {
+        p.split('.')
+            .try_fold(obj, |cur, seg| cur.get(seg))
+            .filter(|v| !v.is_null())
+    };
+    let text = |v: Option<&Value>| match v {
+        None => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+    };
+    match path {
+        "spec.hostNetwork" | "spec.unschedulable" => {
+            at(path).is_some_and(|v| v == true).to_string()
+        }
+        // The server converts the old label to the new one.
+        "spec.host" => text(at("spec.nodeName")),
+        // A label the server accepts but does not match pods on: always empty.
+        "status.podIPs" => String::new(),
+        "source" => match text(at("source.component")) {
+            s if s.is_empty() => text(at("reportingComponent")),
+            s => s,
+        },
+        _ => text(at(path)),
     }
 }
 

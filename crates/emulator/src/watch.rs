@@ -23,7 +23,9 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
 
 use super::errors::ApiError;
+use super::event_versions::view;
 use super::faults::Stalls;
+use super::fields::supported;
 use super::selectors::{FieldSelector, LabelSelector};
 use super::state::AppState;
 use super::store::{EventRecord, EventType, ResourceInfo, WatchStart};
@@ -46,16 +48,20 @@ impl WatchCtx {
         if ev.key != self.key || self.ns.as_deref().is_some_and(|n| n != ev.ns) {
             return None;
         }
+        // An event stored in the other version of events is converted (`event_versions`).
+        let object = view(&self.api_version, &ev.object);
+        let converted = !Arc::ptr_eq(&object, &ev.object);
         let filtered = !self.labels.is_empty() || !self.fields.is_empty();
         let t = if !filtered {
             ev.etype.as_str()
         } else {
-            let now = self.matches(&ev.object);
+            let now = self.matches(&object);
             match ev.etype {
                 EventType::Added | EventType::Deleted if now => ev.etype.as_str(),
                 EventType::Added | EventType::Deleted => return None,
                 EventType::Modified => {
-                    let before = ev.old.as_deref().is_none_or(|o| self.matches(o));
+                    let old = ev.old.as_ref().map(|o| view(&self.api_version, o));
+                    let before = old.as_deref().is_none_or(|o| self.matches(o));
                     match (before, now) {
                         (true, true) => "MODIFIED",
                         (false, true) => "ADDED",
@@ -65,7 +71,13 @@ impl WatchCtx {
                 }
             }
         };
-        let obj = ev.object_json();
+        let own;
+        let obj = if converted {
+            own = Bytes::from(serde_json::to_vec(&*object).unwrap_or_default());
+            &own
+        } else {
+            ev.object_json()
+        };
         let mut buf = Vec::with_capacity(obj.len() + 40);
         buf.extend_from_slice(b"{\"type\":\"");
         buf.extend_from_slice(t.as_bytes());
@@ -117,6 +129,7 @@ pub(crate) fn serve(
         .map_err(ApiError::bad_request)?;
     let fields = FieldSelector::parse(q.get("fieldSelector").map(String::as_str).unwrap_or(""))
         .map_err(ApiError::bad_request)?;
+    let fields = supported(info, fields)?;
     let rv = match q.get("resourceVersion").filter(|s| !s.is_empty()) {
         Some(s) => Some(
             s.parse::<u64>()

@@ -55,10 +55,12 @@ timeline:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quick_scenario_recovers_from_every_fault_and_summarises() {
     let out = Arc::new(Mutex::new(Vec::<u8>::new()));
+    let picture = std::env::temp_dir().join(format!("slice-sim-quick-{}.svg", std::process::id()));
     let options = SimulateOptions {
         scenario: Scenario::from_yaml(QUICK).unwrap(),
         serve: None,
         settle_timeout: Duration::from_secs(30),
+        picture: Some(picture.clone()),
     };
     let summary = simulate(options, out.clone()).await.unwrap();
     let text = String::from_utf8(out.lock().unwrap().clone()).unwrap();
@@ -99,6 +101,39 @@ async fn a_quick_scenario_recovers_from_every_fault_and_summarises() {
             .iter()
             .all(|r| r.took < Duration::from_secs(20))
     );
+    picture_of_the_run(&picture, &summary, &text);
+}
+
+/// The picture is well-formed SVG and shows the cluster, each fault and each recovery.
+fn picture_of_the_run(path: &std::path::Path, summary: &Summary, text: &str) {
+    assert!(
+        text.contains(&format!("picture of the run: {}", path.display())),
+        "{text}"
+    );
+    let svg = std::fs::read_to_string(path).unwrap();
+    std::fs::remove_file(path).unwrap();
+    let doc = roxmltree::Document::parse(&svg).expect("well-formed XML");
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    let texts: Vec<&str> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .filter_map(|n| n.text())
+        .collect();
+    let has = |needle: &str| texts.iter().any(|t| t.contains(needle));
+    assert!(has("cluster quick: goodput"), "{texts:?}");
+    assert!(
+        has("step 1 at ") && has("failPod quick/workers replica 1 host 3"),
+        "{texts:?}"
+    );
+    assert!(
+        has("preemptSlice pool-0") && has("restoreSlice pool-0"),
+        "{texts:?}"
+    );
+    for r in &summary.recoveries {
+        let took = format!("recovered in {:.1} s", r.took.as_secs_f64());
+        assert!(has(&took), "{took} missing from {texts:?}");
+    }
+    assert!(has("ready slices") && has("Running"), "{texts:?}");
 }
 
 #[test]
@@ -167,13 +202,23 @@ fn first_time(text: &str, needle: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn start_costs_goodput_and_the_comparison_without_spares() {
     let out = Arc::new(Mutex::new(Vec::<u8>::new()));
+    // A picture that cannot be written is a warning; the run (and --serve) goes on.
+    let picture = std::env::temp_dir()
+        .join(format!("slice-sim-missing-{}", std::process::id()))
+        .join("spares.svg");
     let options = SimulateOptions {
         scenario: Scenario::from_yaml(SPARES).unwrap(),
         serve: None,
         settle_timeout: Duration::from_secs(30),
+        picture: Some(picture.clone()),
     };
     let with = simulate(options, out.clone()).await.unwrap();
     let text = String::from_utf8(out.lock().unwrap().clone()).unwrap();
+    let warning = format!(
+        "warning: picture of the run not written to {}",
+        picture.display()
+    );
+    assert!(text.contains(&warning), "{text}");
     let without = with
         .without_spares
         .as_deref()

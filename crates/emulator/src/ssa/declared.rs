@@ -1,7 +1,8 @@
 //! An applied configuration may name only fields its schema declares: kube-apiserver turns
 //! the configuration into a typed object first, and a field the CRD's structural schema does
 //! not declare fails that (HTTP 500, "field not declared in schema"), where a merge patch
-//! would have had the field pruned. Built-in kinds have no schema here and are not checked.
+//! would have had the field pruned. Built-in kinds have no schema here: the `patch` module
+//! checks them against their Go types' schemas (the `openapi` module).
 
 use serde_json::Value;
 

@@ -158,17 +158,25 @@ pub(crate) fn check_config(
         .schema
         .and_then(|s| super::declared::undeclared(config, s))
     {
-        let (group, v) = version.split_once('/').unwrap_or(("", version));
-        // kube-apiserver answers this with a bare error: HTTP 500, no reason.
-        return Err(ApiError::new(
-            500,
-            "",
-            format!(
-                "failed to create typed patch object ({ns}/{name}; {group}/{v}, Kind={kind}): {path}: field not declared in schema"
-            ),
-        ));
+        return Err(not_declared(config, ns, name, &path));
     }
     Ok(())
+}
+
+/// The server's refusal of an applied configuration naming a field (`.spec.foo`) its
+/// schema does not declare.
+pub(crate) fn not_declared(config: &Value, ns: &str, name: &str, path: &str) -> ApiError {
+    let s = |f: &str| config.get(f).and_then(Value::as_str).unwrap_or("");
+    let (version, kind) = (s("apiVersion"), s("kind"));
+    let (group, v) = version.split_once('/').unwrap_or(("", version));
+    // kube-apiserver answers this with a bare error: HTTP 500, no reason.
+    ApiError::new(
+        500,
+        "",
+        format!(
+            "failed to create typed patch object ({ns}/{name}; {group}/{v}, Kind={kind}): {path}: field not declared in schema"
+        ),
+    )
 }
 
 /// Server-side apply of `config` by `manager` to `live` (`None`: the object is created).

@@ -14,7 +14,7 @@ mod manage;
 mod shape;
 mod tree;
 
-pub(crate) use manage::{Ownership, Target, apply, check_config, record_update};
+pub(crate) use manage::{Ownership, Target, apply, check_config, not_declared, record_update};
 
 #[cfg(test)]
 mod tests;

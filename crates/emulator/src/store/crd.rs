@@ -82,6 +82,17 @@ impl Store {
                 schema: v.pointer("/schema/openAPIV3Schema").cloned().map(Arc::new),
                 crd_name: Some(name.clone()),
                 key: format!("{plural}.{group}"),
+                printer_columns: v["additionalPrinterColumns"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default(),
+                selectable_fields: v["selectableFields"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|f| f["jsonPath"].as_str())
+                    .map(|p| p.trim_start_matches('.').to_string())
+                    .collect(),
             };
             self.register(info);
         }

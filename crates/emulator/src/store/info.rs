@@ -29,8 +29,13 @@ pub struct ResourceInfo {
     pub schema: Option<Arc<Value>>,
     /// Name of the defining CRD (custom resources only).
     pub crd_name: Option<String>,
-    /// Storage key: `plural.group`.
+    /// Storage key: `plural.group` (`events.` for both versions of events, which share
+    /// one storage as in the real server).
     pub key: String,
+    /// The version's `additionalPrinterColumns` (custom resources only).
+    pub printer_columns: Vec<Value>,
+    /// The version's `selectableFields` as field labels (custom resources only).
+    pub selectable_fields: Vec<String>,
 }
 
 impl ResourceInfo {
@@ -55,6 +60,8 @@ impl ResourceInfo {
             schema: None,
             crd_name: None,
             key: format!("{plural}.{group}"),
+            printer_columns: vec![],
+            selectable_fields: vec![],
         }
     }
 
@@ -78,7 +85,7 @@ impl ResourceInfo {
         }
     }
 
-    pub(super) fn is(&self, group: &str, plural: &str) -> bool {
+    pub(crate) fn is(&self, group: &str, plural: &str) -> bool {
         self.group == group && self.plural == plural
     }
 }

@@ -10,6 +10,7 @@ use super::info::ResourceInfo;
 use super::obj::{Obj, ObjKey};
 use super::state::Store;
 use crate::errors::ApiError;
+use crate::event_versions::view;
 use crate::selectors::{FieldSelector, LabelSelector};
 
 /// Result of a list.
@@ -76,7 +77,9 @@ impl Store {
             list_rv = rv;
             start = Bound::Excluded((cns.to_string(), cname.to_string()));
         }
+        let api_version = info.api_version();
         let matches = |o: &Value| labels.matches(o) && fields.matches(o);
+        let view = |o: &Obj| view(&api_version, o);
         let mut items = Vec::new();
         let mut cont_out = None;
         let mut remaining = None;
@@ -85,8 +88,8 @@ impl Store {
         {
             let key = (ns.unwrap_or("").to_string(), name.to_string());
             if ns.is_some() || !info.namespaced {
-                if let Some(o) = map.get(&key).filter(|o| matches(o)) {
-                    items.push(o.clone());
+                if let Some(o) = map.get(&key).map(view).filter(|o| matches(o)) {
+                    items.push(o);
                 }
                 return Ok(ListResult {
                     items,
@@ -99,6 +102,7 @@ impl Store {
         let iter = map
             .range((start, Bound::Unbounded))
             .take_while(|(k, _)| ns.is_none_or(|ns| k.0 == ns))
+            .map(|(k, o)| (k, view(o)))
             .filter(|(_, o)| matches(o));
         let limit = limit.filter(|l| *l > 0);
         let mut last_key = None;
@@ -108,7 +112,7 @@ impl Store {
                 count_rest += 1;
                 continue;
             }
-            items.push(o.clone());
+            items.push(o);
             last_key = Some(k);
         }
         if count_rest > 0

@@ -12,13 +12,17 @@ pub(super) fn builtins() -> impl Iterator<Item = ResourceInfo> {
         ResourceInfo::builtin("", "v1", "pods", "Pod", true, true),
         ResourceInfo::builtin("", "v1", "nodes", "Node", false, true),
         ResourceInfo::builtin("", "v1", "services", "Service", true, true),
+        // Registered before core/v1's, which shares its storage key and so owns it.
+        ResourceInfo {
+            key: "events.".into(),
+            ..ResourceInfo::builtin("events.k8s.io", "v1", "events", "Event", true, false)
+        },
         ResourceInfo::builtin("", "v1", "events", "Event", true, false),
         ResourceInfo::builtin("", "v1", "namespaces", "Namespace", false, true),
         ResourceInfo::builtin("", "v1", "configmaps", "ConfigMap", true, false),
         ResourceInfo::builtin("", "v1", "secrets", "Secret", true, false),
         ResourceInfo::builtin("", "v1", "serviceaccounts", "ServiceAccount", true, false),
         ResourceInfo::builtin("", "v1", "resourcequotas", "ResourceQuota", true, true),
-        ResourceInfo::builtin("events.k8s.io", "v1", "events", "Event", true, false),
         ResourceInfo::builtin("coordination.k8s.io", "v1", "leases", "Lease", true, false),
         ResourceInfo::builtin(
             "scheduling.k8s.io",

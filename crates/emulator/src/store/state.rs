@@ -13,6 +13,7 @@ use super::info::ResourceInfo;
 use super::meta::{meta_mut, meta_str, owner_uids};
 use super::obj::{Obj, ObjKey};
 use crate::errors::ApiError;
+use crate::event_versions::view;
 
 /// The store.
 pub struct Store {
@@ -72,12 +73,12 @@ impl Store {
         (ns.to_string(), name.to_string())
     }
 
-    /// Get one object.
+    /// Get one object, as the version of `info` shows it (`event_versions`).
     pub fn get(&self, info: &ResourceInfo, ns: Option<&str>, name: &str) -> Result<Obj, ApiError> {
         self.data
             .get(&info.key)
             .and_then(|m| m.get(&Self::obj_key(info, ns, name)))
-            .cloned()
+            .map(|o| view(&info.api_version(), o))
             .ok_or_else(|| ApiError::not_found(&info.plural, &info.group, name))
     }
 

@@ -8,8 +8,10 @@
 //! * `tracker`: progress lines, recoveries and goodput from the TrainCluster watch (pure).
 //! * `goodput`: the goodput accounting (pure).
 //! * `summary`: [`Summary`], [`render_summary`], [`render_comparison`].
+//! * `picture`: [`render_svg`], the picture of a run.
 
 mod goodput;
+mod picture;
 mod summary;
 mod tracker;
 
@@ -35,7 +37,8 @@ use slice_core::api::{Phase, TrainCluster};
 use slice_emulator::{Emulator, EmulatorOptions};
 
 pub use goodput::{Goodput, GoodputAccount, GoodputSample};
-pub use summary::{Recovery, Summary, epoch_changes, render_comparison, render_summary};
+pub use picture::render_svg;
+pub use summary::{Point, Recovery, Summary, epoch_changes, render_comparison, render_summary};
 pub use tracker::Tracker;
 
 /// The scenario used when none is given.
@@ -48,6 +51,30 @@ pub struct SimulateOptions {
     pub serve: Option<PathBuf>,
     /// How long to wait for every cluster to settle after the timeline.
     pub settle_timeout: Duration,
+    /// Write the picture of the run (SVG) here, and say so at the end.
+    pub picture: Option<PathBuf>,
+}
+
+/// Writes the picture of the scenario's runs to `path`, if asked, and says where. The
+/// picture is a by-product: one that cannot be drawn or written is a warning, so the run
+/// (and `--serve` after it) goes on.
+fn write_picture(path: Option<&PathBuf>, name: &str, runs: &[(&str, &Summary)], out: &Out) {
+    let Some(path) = path else {
+        return;
+    };
+    let written = render_svg(name, runs)
+        .map_err(|e| format!("drawing it: {e}"))
+        .and_then(|svg| std::fs::write(path, svg).map_err(|e| e.to_string()));
+    match written {
+        Ok(()) => print(out, &format!("picture of the run: {}\n", path.display())),
+        Err(e) => print(
+            out,
+            &format!(
+                "warning: picture of the run not written to {}: {e}\n",
+                path.display()
+            ),
+        ),
+    }
 }
 
 type Out = Arc<Mutex<dyn Write + Send>>;
@@ -65,6 +92,8 @@ pub async fn simulate(options: SimulateOptions, out: Out) -> anyhow::Result<Summ
     if !scenario.compare.without_spares {
         let run = run_once(scenario, options.settle_timeout, out.clone()).await?;
         print(&out, &render_summary(&scenario.name, &run.summary));
+        let picture = options.picture.as_ref();
+        write_picture(picture, &scenario.name, &[("", &run.summary)], &out);
         let summary = run.summary.clone();
         run.finish(options.serve).await?;
         return Ok(summary);
@@ -102,6 +131,8 @@ pub async fn simulate(options: SimulateOptions, out: Out) -> anyhow::Result<Summ
             &[("with spares", &with), ("without spares", &without)],
         ),
     );
+    let runs = [("with spares", &with), ("without spares", &without)];
+    write_picture(options.picture.as_ref(), &scenario.name, &runs, &out);
     second.finish(options.serve).await?;
     with.without_spares = Some(Box::new(without));
     Ok(with)
@@ -193,8 +224,9 @@ async fn run_once(scenario: &Scenario, settle_timeout: Duration, out: Out) -> an
         let say = say.clone();
         move |report: StepReport| {
             if matches!(report.status, StepStatus::Started) {
-                tracker.lock().expect("tracker lock").last_step =
-                    format!("step {} {}", report.index, report.description);
+                let step = format!("step {} {}", report.index, report.description);
+                let at = started.elapsed();
+                tracker.lock().expect("tracker lock").step_started(at, step);
             }
             say(format!(
                 "step {} {}: {}",
@@ -247,6 +279,8 @@ async fn run_once(scenario: &Scenario, settle_timeout: Duration, out: Out) -> an
             .collect(),
         goodput: tracker.goodput(elapsed),
         warmup: scenario.goodput.warmup(),
+        history: tracker.history.clone(),
+        steps: tracker.steps.clone(),
         without_spares: None,
     };
     drop(tracker);

@@ -5,15 +5,28 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::goodput::Goodput;
-use slice_core::api::TrainClusterStatus;
+use slice_core::api::{Phase, TrainClusterStatus};
 
 #[derive(Clone, Debug)]
 pub struct Recovery {
     pub cluster: String,
     /// The last timeline step applied before the disruption.
     pub cause: String,
+    /// When the cluster left Running (from the run's start).
+    pub at: Duration,
     pub took: Duration,
     pub ready_slices: u32,
+}
+
+/// One cluster's state at a moment of the run, for the picture.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Point {
+    /// Seconds from the run's start.
+    pub at: f64,
+    pub phase: Phase,
+    pub ready: u32,
+    pub desired: u32,
+    pub spares: u32,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -27,6 +40,10 @@ pub struct Summary {
     pub goodput: BTreeMap<String, Goodput>,
     /// The scenario's `goodput.warmup`.
     pub warmup: Duration,
+    /// Per cluster, its state at each change, for the picture.
+    pub history: BTreeMap<String, Vec<Point>>,
+    /// Each timeline step, when it started (seconds from the run's start).
+    pub steps: Vec<(f64, String)>,
     /// With `compare: {withoutSpares: true}`: the second run, every `slices.spares` 0.
     pub without_spares: Option<Box<Summary>>,
 }
@@ -241,6 +258,7 @@ mod tests {
                 .map(|t| Recovery {
                     cluster: "train".into(),
                     cause: "step 1 preemptSlice pool-1".into(),
+                    at: Duration::from_secs(30),
                     took: Duration::from_secs(*t),
                     ready_slices: 4,
                 })

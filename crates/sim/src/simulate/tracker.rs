@@ -8,8 +8,8 @@ use std::time::Duration;
 use kube::ResourceExt;
 
 use super::goodput::{Goodput, GoodputAccount, GoodputSample};
-use super::summary::Recovery;
-use slice_core::api::{Phase, TrainCluster};
+use super::summary::{Point, Recovery};
+use slice_core::api::{Phase, TrainCluster, TrainClusterStatus};
 
 #[derive(Debug, Default)]
 pub struct Tracker {
@@ -22,6 +22,10 @@ pub struct Tracker {
     seen_running: BTreeSet<String>,
     pub recoveries: Vec<Recovery>,
     last_line: BTreeMap<String, String>,
+    /// Per cluster, its state at each change (the picture's data).
+    pub history: BTreeMap<String, Vec<Point>>,
+    /// Each timeline step, when it started.
+    pub steps: Vec<(f64, String)>,
     goodput: BTreeMap<String, GoodputAccount>,
 }
 
@@ -43,6 +47,7 @@ impl Tracker {
             .or_insert_with(|| GoodputAccount::new(warmup))
             .observe(at, GoodputSample::of(tc));
         let status = tc.status.as_ref()?;
+        self.record(&name, at, status);
         let epoch = status.groups.iter().map(|g| g.epoch).max().unwrap_or(0);
         let line = format!(
             "{name}: {:?}, {}/{} slices ready ({} available), epoch {epoch}, restarts {}, preemptions {}",
@@ -65,6 +70,7 @@ impl Tracker {
                 self.recoveries.push(Recovery {
                     cluster: name,
                     cause,
+                    at: since,
                     took: at.saturating_sub(since),
                     ready_slices: status.ready_slices,
                 });
@@ -76,6 +82,30 @@ impl Tracker {
             self.disrupted.insert(name, (at, self.last_step.clone()));
         }
         Some(line)
+    }
+
+    /// A timeline step started at `at`: named as the cause of what follows.
+    pub fn step_started(&mut self, at: Duration, step: String) {
+        self.steps.push((at.as_secs_f64(), step.clone()));
+        self.last_step = step;
+    }
+
+    fn record(&mut self, name: &str, at: Duration, status: &TrainClusterStatus) {
+        let point = Point {
+            at: at.as_secs_f64(),
+            phase: status.phase,
+            ready: status.ready_slices,
+            desired: status.desired_slices,
+            spares: GoodputSample::of_status(status).spare_slices,
+        };
+        let points = self.history.entry(name.to_string()).or_default();
+        let same = |p: &Point| {
+            (p.phase, p.ready, p.desired, p.spares)
+                == (point.phase, point.ready, point.desired, point.spares)
+        };
+        if points.last().is_none_or(|p| !same(p)) {
+            points.push(point);
+        }
     }
 
     /// No cluster is between a disruption and its recovery.
@@ -148,7 +178,7 @@ mod tests {
             None,
             "unchanged"
         );
-        t.last_step = "step 1 preemptSlice pool-1".into();
+        t.step_started(s(29), "step 1 preemptSlice pool-1".into());
         let line = t.observe(s(30), &tc(Phase::Restarting, 0, 4, 2)).unwrap();
         assert!(line.contains("epoch 2"), "{line}");
         assert!(!t.undisrupted());
@@ -157,6 +187,13 @@ mod tests {
         assert_eq!(t.recoveries.len(), 1);
         assert_eq!(t.recoveries[0].took, s(3));
         assert_eq!(t.recoveries[0].cause, "step 1 preemptSlice pool-1");
+        assert_eq!(t.recoveries[0].at, s(30));
+        assert_eq!(
+            t.steps,
+            vec![(29.0, "step 1 preemptSlice pool-1".to_string())]
+        );
+        let ready: Vec<u32> = t.history["train"].iter().map(|p| p.ready).collect();
+        assert_eq!(ready, vec![4, 0, 4], "one point per change");
         let g = t.goodput(s(40))["train"];
         assert_eq!(g.wanted, 160.0, "4 slices wanted from creation at 0 to 40");
         // Productive: 7..30 (after the 5 s warmup from 2) and 38..40.

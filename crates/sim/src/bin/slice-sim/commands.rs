@@ -13,6 +13,7 @@ pub async fn simulate(
     scenario: Option<PathBuf>,
     serve: Option<PathBuf>,
     settle_timeout: u64,
+    picture: Option<PathBuf>,
 ) -> anyhow::Result<()> {
     if std::env::var_os("RUST_LOG").is_none() {
         // Keep the operator's own logs out of the progress lines unless asked for.
@@ -27,13 +28,24 @@ pub async fn simulate(
         None => Scenario::from_yaml(slice_sim::simulate::DEFAULT_SCENARIO)?,
     };
     let out: Arc<Mutex<dyn std::io::Write + Send>> = Arc::new(Mutex::new(std::io::stdout()));
+    let picture = picture_path(picture, &scenario.name);
     let options = SimulateOptions {
         scenario,
         serve,
         settle_timeout: Duration::from_secs(settle_timeout),
+        picture,
     };
     slice_sim::simulate::simulate(options, out).await?;
     Ok(())
+}
+
+/// One picture per scenario, named after it unless a path is given; `none` draws none.
+fn picture_path(given: Option<PathBuf>, scenario: &str) -> Option<PathBuf> {
+    match given {
+        Some(p) if p.as_os_str() == "none" => None,
+        Some(p) => Some(p),
+        None => Some(PathBuf::from(format!("simulate-{scenario}.svg"))),
+    }
 }
 
 pub async fn fake_kubelet(
@@ -61,4 +73,20 @@ pub async fn fake_kubelet(
     // Never race a real scheduler (`auto`: bind only when no kube-scheduler holds its Lease).
     slice_sim::run_fake_kubelet_mode(client, specs, options, shutdown).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_picture_is_named_after_the_scenario_unless_given_or_none() {
+        assert_eq!(
+            picture_path(None, "default"),
+            Some(PathBuf::from("simulate-default.svg"))
+        );
+        let given = Some(PathBuf::from("out/run.svg"));
+        assert_eq!(picture_path(given.clone(), "default"), given);
+        assert_eq!(picture_path(Some(PathBuf::from("none")), "default"), None);
+    }
 }

@@ -34,6 +34,10 @@ enum Command {
         /// Seconds to wait for every cluster to settle after the timeline.
         #[arg(long, default_value_t = 60)]
         settle_timeout: u64,
+        /// Write the picture of the run (SVG) here, or `none` for no picture
+        /// [default: simulate-<scenario name>.svg].
+        #[arg(long, value_name = "SVG_OUT")]
+        picture: Option<PathBuf>,
     },
     /// Create fake TPU node pools in a real cluster without kubelets for them, and act as
     /// their kubelet (bind, run, report status) until interrupted.
@@ -62,9 +66,12 @@ fn main() -> ExitCode {
             scenario,
             serve,
             settle_timeout,
+            picture,
         } => slice_controller::runtime()
             .map_err(anyhow::Error::from)
-            .and_then(|rt| rt.block_on(commands::simulate(scenario, serve, settle_timeout))),
+            .and_then(|rt| {
+                rt.block_on(commands::simulate(scenario, serve, settle_timeout, picture))
+            }),
         Command::FakeKubelet {
             kubeconfig,
             pools,
