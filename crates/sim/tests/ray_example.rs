@@ -37,6 +37,7 @@ async fn the_ray_example_runs_to_succeeded_when_its_driver_exits_0() {
         scenario,
         serve: None,
         settle_timeout: Duration::from_secs(30),
+        picture: None,
     };
     let summary = simulate(options, out.clone()).await.unwrap();
     let text = String::from_utf8(out.lock().unwrap().clone()).unwrap();
