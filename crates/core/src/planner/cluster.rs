@@ -131,6 +131,7 @@ pub(super) fn start<'a>(
         fresh_spec: false,
         create_hold: None,
         retrying_refused: false,
+        short: false,
         avoided: avoid::still_avoided(&previous.avoided_slices, now),
         rejections: rejections::recent(tc, &previous.kubelet_rejections, now),
         spare_refills: Vec::new(),
@@ -184,7 +185,11 @@ impl<'a> Planner<'a> {
         }
         let failed = sticky || summaries.iter().any(|s| s.exhausted.is_some());
         self.place_head(&head_pods, &mut head, failed);
-        let refusal_may_end = self.create_hold.is_none() && creates::workers_refused(self.previous);
+        let head_missing = tc.spec.head.is_some() && !failed && head_pods.is_empty();
+        let refusal_may_end = self.create_hold.is_none()
+            && creates::workers_refused(self.previous)
+            && !self.short
+            && !head_missing;
         let mut plan = self.finish(summaries, head, head_exhausted);
         spares_last(&mut plan);
         end_refusal_untried(&mut plan, refusal_may_end);
@@ -254,9 +259,10 @@ impl<'a> Planner<'a> {
     }
 }
 
-/// A refusal stands while creates are held back or tried; a plan that tries none (all there,
-/// or waiting for slices, a backoff, old pods to go) ends it. The executor clears it too,
-/// once a create goes through; this also covers that write failing, or a crash before it.
+/// A refusal stands while anything is wanted that is not there (held back, tried, or blocked
+/// by old pods draining, a missing slice, a backoff); a plan that finds everything there ends
+/// it. The executor clears it too, once a create goes through; this also covers that write
+/// failing, or a crash before it.
 fn end_refusal_untried(plan: &mut Plan, may_end: bool) {
     let tries = plan.create.iter().any(|c| !c.spare) || plan.create_head.is_some();
     if may_end

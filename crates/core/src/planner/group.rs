@@ -135,6 +135,7 @@ impl<'a> Planner<'a> {
         let refused = self.create_hold.is_some() || self.retrying_refused;
         let idle = failed || finishing || refused;
         memory.reserved_slices = reserve(&usable, sizing.target, kept.len(), idle);
+        self.short |= !failed && kept.len() < sizing.target as usize;
         let still_wanted = (sizing.target as usize).saturating_sub(kept.len() + created.len());
         self.promise(&free, still_wanted);
 

@@ -32,6 +32,9 @@ pub(super) struct Planner<'a> {
     /// goes through, the status counts the held replicas as it did while waiting (no pods,
     /// no slices kept), so a try refused for the same reason has nothing new to write.
     pub(super) retrying_refused: bool,
+    /// Some group has fewer replicas than it wants (not yet created, or blocked: old pods
+    /// still draining, no free slice, a backoff).
+    pub(super) short: bool,
     /// Slices not to place a group on yet (placement timeouts), written back to the status.
     pub(super) avoided: Vec<AvoidedSlice>,
     /// Kubelet admission refusals still remembered, written back to the status.

@@ -87,9 +87,19 @@ fn a_partial_group_rolled_back_after_a_refusal_writes_nothing_more() {
     world.now += secs(1);
     assert_eq!(wait(&mut world, &mut status), 0, "Terminating: no news");
     assert!(status.groups[0].retiring_incarnations.is_empty());
+    // Still draining when the wait is over: nothing can be tried, and the refusal stands.
+    world.now += secs(10);
+    assert_eq!(wait(&mut world, &mut status), 0, "blocked, not ended");
+    assert!(creates::rejection_message(&status).is_some());
     world.pods.clear();
     world.now += secs(1);
-    assert_eq!(wait(&mut world, &mut status), 0, "gone: no news");
+    world.cluster.status = Some(status.clone());
+    let again = world.plan();
+    assert_eq!(again.create.len(), 1, "gone: tried again");
+    assert!(
+        !memory::worth_writing(Some(&status), &again.status),
+        "the try has nothing new to write"
+    );
 }
 
 /// The refusal ends once nothing is tried any more, even if the executor's own clear was
