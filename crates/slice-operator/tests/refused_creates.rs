@@ -234,21 +234,6 @@ fn pod_metadata_patches(reqs: &[RecordedRequest]) -> usize {
     patches.count()
 }
 
-/// Edit the first worker group of `name` as a merge patch of the whole group.
-async fn edit_group(
-    env: &Env,
-    name: &str,
-    edit: impl FnOnce(&mut slice_core::api::WorkerGroupSpec),
-) {
-    let mut group = env.tcs().get(name).await.unwrap().spec.worker_groups[0].clone();
-    edit(&mut group);
-    let patch = json!({"spec": {"workerGroups": [group]}});
-    env.tcs()
-        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-}
-
 fn add_label(group: &mut slice_core::api::WorkerGroupSpec, key: &str, value: &str) {
     let meta = group.template.metadata.get_or_insert_with(Default::default);
     let labels = meta.labels.get_or_insert_with(Default::default);
@@ -277,7 +262,7 @@ async fn a_refused_label_patch_holds_up_no_create_and_is_reported_once() {
     emulator
         .faults()
         .fail_main_resource(Verb::Patch, "pods", 1.0, 403);
-    edit_group(&env, "lab", |g| {
+    env.edit_group("lab", |g| {
         add_label(g, "team", "ml");
         (g.slices.min, g.slices.max) = (2, 2);
     })
@@ -316,7 +301,7 @@ async fn a_label_patch_refused_as_invalid_is_not_sent_again_in_its_generation() 
         .faults()
         .fail_main_resource(Verb::Patch, "pods", 1.0, 422);
     let mark = emulator.requests().mark();
-    edit_group(&env, "inv", |g| add_label(g, "team", "ml")).await;
+    env.edit_group("inv", |g| add_label(g, "team", "ml")).await;
     env.wait_for("the refusal reported", Duration::from_secs(20), || async {
         let notes = patch_failed_events(&env, "inv").await;
         (!notes.is_empty()).then_some(())

@@ -110,7 +110,8 @@ fn class_values(class: &Value) -> (i64, Option<String>) {
     (value, Some(policy.to_string()))
 }
 
-fn forbidden(pod: &str, why: &str) -> ApiError {
+/// A pod create an admission plugin refuses, in the server's words.
+pub(super) fn forbidden(pod: &str, why: &str) -> ApiError {
     let mut e = ApiError::new(
         403,
         "Forbidden",

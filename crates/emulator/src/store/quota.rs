@@ -7,9 +7,10 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::pod_spec::quantity::{Quantity, parse_json};
+use super::priority::forbidden;
 use super::state::Store;
 use crate::errors::ApiError;
 
@@ -209,14 +210,4 @@ fn format_nanos(n: i128) -> String {
         return format!("{}m", n / 1_000_000);
     }
     format!("{n}n")
-}
-
-fn forbidden(pod: &str, why: &str) -> ApiError {
-    let mut e = ApiError::new(
-        403,
-        "Forbidden",
-        format!("pods \"{pod}\" is forbidden: {why}"),
-    );
-    e.details = Some(json!({"name": pod, "kind": "pods"}));
-    e
 }

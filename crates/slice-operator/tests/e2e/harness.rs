@@ -546,6 +546,22 @@ impl Env {
         Api::namespaced(self.client.clone(), &self.namespace)
     }
 
+    /// Merge-patches the first worker group of `name` with `edit` applied to it.
+    pub async fn edit_group(
+        &self,
+        name: &str,
+        edit: impl FnOnce(&mut slice_core::api::WorkerGroupSpec),
+    ) {
+        let mut group = self.tcs().get(name).await.unwrap().spec.worker_groups[0].clone();
+        edit(&mut group);
+        let patch = serde_json::json!({"spec": {"workerGroups": [group]}});
+        let params = kube::api::PatchParams::default();
+        self.tcs()
+            .patch(name, &params, &kube::api::Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
     pub fn pods(&self) -> Api<Pod> {
         Api::namespaced(self.client.clone(), &self.namespace)
     }

@@ -3,28 +3,12 @@
 
 use std::collections::BTreeSet;
 
-use kube::api::{Patch, PatchParams, PostParams};
-use serde_json::json;
+use kube::api::PostParams;
 use slice_core::api::{Membership, Phase};
 use slice_core::constants::*;
 
 use super::env_with;
 use super::harness::label;
-
-/// Merge-patches the first worker group of `name` with `edit` applied to it.
-async fn edit_group(
-    env: &super::harness::Env,
-    name: &str,
-    edit: impl FnOnce(&mut slice_core::api::WorkerGroupSpec),
-) {
-    let mut group = env.tcs().get(name).await.unwrap().spec.worker_groups[0].clone();
-    edit(&mut group);
-    let patch = json!({"spec": {"workerGroups": [group]}});
-    env.tcs()
-        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_multislice_template_edit_restarts_the_job_once_as_exactly_one_new_epoch() {
@@ -34,7 +18,7 @@ async fn a_multislice_template_edit_restarts_the_job_once_as_exactly_one_new_epo
     let (tc, pods) = env.wait_running("ms", 2, 4).await;
     let epoch = tc.status.unwrap().groups[0].epoch;
     let old_hash = label(&pods[0], LABEL_TEMPLATE_HASH);
-    edit_group(&env, "ms", |g| {
+    env.edit_group("ms", |g| {
         g.template.spec.as_mut().unwrap().containers[0].image = Some("python:3.12".into());
     })
     .await;
@@ -73,7 +57,7 @@ async fn a_label_added_to_a_running_multislice_job_reaches_every_pod_with_no_new
         pods.iter().filter_map(|p| p.metadata.uid.clone()).collect()
     };
     let before = uids(&pods);
-    edit_group(&env, "ml", |g| {
+    env.edit_group("ml", |g| {
         let meta = g.template.metadata.get_or_insert_with(Default::default);
         let labels = meta.labels.get_or_insert_with(Default::default);
         labels.insert("cost-centre".into(), "ml-research".into());
@@ -100,7 +84,7 @@ async fn a_label_added_to_a_running_multislice_job_reaches_every_pod_with_no_new
     assert_eq!((status.groups[0].epoch, status.restarts), (epoch, 0));
 
     // Removed from the template: removed from every pod, again with no restart.
-    edit_group(&env, "ml", |g| g.template.metadata = None).await;
+    env.edit_group("ml", |g| g.template.metadata = None).await;
     let pods = env
         .wait_for(
             "the label gone from every pod",
@@ -131,13 +115,13 @@ async fn the_budget_starts_afresh_after_failed_then_invalid_then_fixed() {
     let failed = env.wait_phase("fragile", Phase::Failed).await;
     assert_eq!(failed.status.unwrap().restarts, 1);
     // An edit the operator refuses (chips per host do not divide a 1x1 slice)...
-    edit_group(&env, "fragile", |g| {
+    env.edit_group("fragile", |g| {
         g.tpu.as_mut().unwrap().topology = "1x1".into();
     })
     .await;
     env.wait_phase("fragile", Phase::Invalid).await;
     // ... then the fix: a fresh budget, not straight back to Failed.
-    edit_group(&env, "fragile", |g| {
+    env.edit_group("fragile", |g| {
         g.tpu.as_mut().unwrap().topology = "4x4".into();
     })
     .await;
