@@ -76,8 +76,11 @@ pub const NODE_LABEL_TOPOLOGY: &str = "cloud.google.com/gke-tpu-topology";
 pub const NODE_LABEL_NODEPOOL: &str = "cloud.google.com/gke-nodepool";
 /// The machine type; GKE TPU machine types end in `-<chips>t` (e.g. `ct6e-standard-4t`).
 pub const NODE_LABEL_INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
+/// The zone: the brake on mass node loss looks at each zone's share of NotReady nodes.
+pub const NODE_LABEL_ZONE: &str = "topology.kubernetes.io/zone";
 /// The node labels the operator reads; the lean node view keeps only these.
 pub const NODE_LABELS_READ: &[&str] = &[
+    NODE_LABEL_ZONE,
     NODE_LABEL_ACCELERATOR,
     NODE_LABEL_TOPOLOGY,
     NODE_LABEL_NODEPOOL,
@@ -101,6 +104,28 @@ pub const KUBELET_REJECTION_REASONS: &[&str] = &[
     "NodeShutdown",
     "Evicted",
     "NodeLost",
+];
+/// The pod condition the platform sets on a pod it is about to terminate (preemption,
+/// eviction, taint manager, pod GC, node shutdown).
+pub const CONDITION_DISRUPTION_TARGET: &str = "DisruptionTarget";
+/// `status.reason` values only the platform writes on a pod it ended: the kubelet's node-
+/// pressure eviction (`Evicted`), graceful node shutdown (`Terminated`, `NodeShutdown`), the
+/// node controller's lost node (`NodeLost`), a kubelet's preemption for a critical pod
+/// (`Preempting`).
+pub const PLATFORM_POD_REASONS: &[&str] = &[
+    "Evicted",
+    "Terminated",
+    "NodeShutdown",
+    "NodeLost",
+    "Preempting",
+];
+/// Conditions every pod has: no failure rule is about them.
+pub const COMMON_POD_CONDITIONS: &[&str] = &[
+    "Ready",
+    "ContainersReady",
+    "Initialized",
+    "PodScheduled",
+    "PodReadyToStartContainers",
 ];
 pub const TAINT_IMPENDING_TERMINATION: &str = "cloud.google.com/impending-node-termination";
 pub const TAINT_NOT_READY: &str = "node.kubernetes.io/not-ready";

@@ -26,7 +26,8 @@ pub use labels::OwnLabels;
 pub use template_keys::KeysFromTemplate;
 
 use crate::constants::{
-    KUBELET_REJECTION_REASONS, NODE_LABELS_READ, TAINT_NOT_READY, TAINT_UNREACHABLE, TPU_RESOURCE,
+    COMMON_POD_CONDITIONS, CONDITION_DISRUPTION_TARGET, KUBELET_REJECTION_REASONS,
+    NODE_LABELS_READ, PLATFORM_POD_REASONS, TAINT_NOT_READY, TAINT_UNREACHABLE, TPU_RESOURCE,
 };
 
 /// A Pod as the planner sees it.
@@ -53,6 +54,10 @@ pub struct LeanPod {
     /// The node's kubelet refused the pod at admission (phase `Failed` with a reason in
     /// [`KUBELET_REJECTION_REASONS`], no container ever ran). Boxed: rare, and a pointer wide.
     pub rejection: Option<Box<Rejection>>,
+    /// How the pod or its containers ended, kept only for a pod that failed, was disrupted
+    /// or has a container that exited non-zero: what failure rules and the platform's
+    /// disruption reasons are matched on. Boxed: rare, and a pointer wide.
+    pub ending: Option<Box<Ending>>,
     /// The annotation `slices.dev/template-keys` (the keys the pod took from its template),
     /// the only annotation kept.
     pub template_keys: Option<Box<str>>,
@@ -65,6 +70,47 @@ pub struct Rejection {
     pub message: String,
 }
 
+/// How a pod ended, as far as failure rules and disruption reasons go.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Ending {
+    /// The platform disrupted the pod: its `DisruptionTarget` condition is True, or its
+    /// `status.reason` is one the kubelet or a controller writes for an infrastructure event
+    /// ([`PLATFORM_POD_REASONS`]).
+    pub disruption: Option<Disruption>,
+    /// Non-zero exit codes: each container's terminated state, else (a restarted container)
+    /// its last terminated state.
+    pub exits: Vec<ContainerExit>,
+    /// Pod conditions other than the ones every pod has (`Ready`, `PodScheduled`, ...), as
+    /// `(type, status)`: what `onPodConditions` rules match.
+    pub conditions: Vec<(String, String)>,
+}
+
+/// Who disrupted a pod and why, as the platform reported it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Disruption {
+    /// The `DisruptionTarget` condition's reason (`TerminationByKubelet`,
+    /// `PreemptionByScheduler`, `DeletionByTaintManager`, `EvictionByEvictionAPI`,
+    /// `DeletionByPodGC`), else the pod's `status.reason` (`Evicted`, `Terminated`, ...).
+    pub reason: String,
+    /// The pod's `status.reason` when it differs from `reason` (e.g. `Evicted` under
+    /// `TerminationByKubelet`).
+    pub pod_reason: Option<String>,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerExit {
+    pub container: String,
+    pub exit_code: i32,
+}
+
+impl LeanPod {
+    /// The platform's disruption of this pod, if it reported one.
+    pub fn disruption(&self) -> Option<&Disruption> {
+        self.ending.as_ref()?.disruption.as_ref()
+    }
+}
+
 /// True for a `status.reason` a kubelet writes when it refuses a pod at admission.
 pub fn is_kubelet_rejection(reason: &str) -> bool {
     KUBELET_REJECTION_REASONS
@@ -73,6 +119,12 @@ pub fn is_kubelet_rejection(reason: &str) -> bool {
             Some(prefix) => reason.starts_with(prefix) && reason.len() > prefix.len(),
             None => reason == *r,
         })
+}
+
+/// True for a pod `status.reason` only the platform writes (a kubelet's eviction or node
+/// shutdown, the node controller's lost node, a preemption).
+pub fn is_platform_reason(reason: &str) -> bool {
+    PLATFORM_POD_REASONS.contains(&reason)
 }
 
 /// A Node as the inventory sees it.
@@ -174,286 +226,7 @@ macro_rules! inherit_resource {
 inherit_resource!(LeanPod, Pod, NamespaceResourceScope);
 inherit_resource!(LeanNode, Node, ClusterResourceScope);
 
-/// The JSON shapes read from the API server. Fields not named here are skipped by the
-/// parser without being allocated. Every field is optional: one odd object must not fail a
-/// whole list page (and with it the cache).
-mod wire {
-    use super::*;
-
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    pub struct Meta {
-        name: Option<String>,
-        namespace: Option<String>,
-        uid: Option<String>,
-        resource_version: Option<String>,
-        labels: Option<BTreeMap<String, String>>,
-        annotations: Option<super::template_keys::TemplateKeys>,
-        owner_references: Option<Vec<OwnerReference>>,
-        creation_timestamp: Option<Time>,
-        deletion_timestamp: Option<Time>,
-    }
-
-    impl Meta {
-        fn keeping_labels(self, keep: impl Fn(&str) -> bool) -> ObjectMeta {
-            ObjectMeta {
-                name: self.name,
-                namespace: self.namespace,
-                uid: self.uid,
-                resource_version: self.resource_version,
-                labels: self
-                    .labels
-                    .map(|l| l.into_iter().filter(|(k, _)| keep(k)).collect()),
-                owner_references: self.owner_references,
-                creation_timestamp: self.creation_timestamp,
-                deletion_timestamp: self.deletion_timestamp,
-                ..Default::default()
-            }
-        }
-    }
-
-    #[derive(Deserialize)]
-    pub struct Pod {
-        metadata: Option<Meta>,
-        spec: Option<PodSpec>,
-        status: Option<PodStatus>,
-    }
-
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct PodSpec {
-        node_name: Option<String>,
-        containers: Option<Vec<Container>>,
-    }
-
-    #[derive(Deserialize)]
-    struct Container {
-        resources: Option<Resources>,
-    }
-
-    #[derive(Deserialize)]
-    struct Resources {
-        requests: Option<BTreeMap<String, IgnoredAny>>,
-        limits: Option<BTreeMap<String, IgnoredAny>>,
-    }
-
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct PodStatus {
-        phase: Option<String>,
-        reason: Option<String>,
-        message: Option<String>,
-        conditions: Option<Vec<Condition>>,
-        container_statuses: Option<Vec<ContainerStatus>>,
-    }
-
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Condition {
-        #[serde(rename = "type", default)]
-        type_: String,
-        #[serde(default)]
-        status: String,
-        last_transition_time: Option<Time>,
-    }
-
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct ContainerStatus {
-        #[serde(default)]
-        name: String,
-        restart_count: Option<i32>,
-        state: Option<ContainerState>,
-        last_state: Option<ContainerState>,
-    }
-
-    impl ContainerStatus {
-        /// The container runs or has run (now or before a restart). A terminated state
-        /// counts only with a start time or a container id: the kubelet also writes one for
-        /// a container it never started (e.g. `ContainerStatusUnknown`).
-        fn ever_ran(&self) -> bool {
-            let ran = |s: &Option<ContainerState>| {
-                s.as_ref().is_some_and(|s| {
-                    s.running.is_some()
-                        || s.terminated
-                            .as_ref()
-                            .is_some_and(|t| t.started_at.is_some() || t.container_id.is_some())
-                })
-            };
-            ran(&self.state) || ran(&self.last_state) || self.restart_count.unwrap_or(0) > 0
-        }
-    }
-
-    /// A pod its kubelet refused: failed with an admission reason before any container ran.
-    fn rejection(status: &mut PodStatus) -> Option<Box<Rejection>> {
-        let reason = status.reason.as_deref()?;
-        let never_ran = !status
-            .container_statuses
-            .as_deref()
-            .unwrap_or_default()
-            .iter()
-            .any(ContainerStatus::ever_ran);
-        (status.phase.as_deref() == Some("Failed") && never_ran && is_kubelet_rejection(reason))
-            .then(|| {
-                Box::new(Rejection {
-                    reason: status.reason.take().unwrap_or_default(),
-                    message: status.message.take().unwrap_or_default(),
-                })
-            })
-    }
-
-    #[derive(Deserialize)]
-    struct ContainerState {
-        running: Option<IgnoredAny>,
-        terminated: Option<Terminated>,
-    }
-
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Terminated {
-        exit_code: Option<i32>,
-        started_at: Option<IgnoredAny>,
-        #[serde(rename = "containerID")]
-        container_id: Option<IgnoredAny>,
-    }
-
-    impl From<Pod> for LeanPod {
-        fn from(pod: Pod) -> LeanPod {
-            let spec = pod.spec;
-            let mut status = pod.status;
-            let rejection = status.as_mut().and_then(rejection);
-            let requests_tpu = spec
-                .as_ref()
-                .and_then(|s| s.containers.as_deref())
-                .unwrap_or_default()
-                .iter()
-                .filter_map(|c| c.resources.as_ref())
-                .any(|r| {
-                    [&r.requests, &r.limits]
-                        .into_iter()
-                        .any(|m| m.as_ref().is_some_and(|m| m.contains_key(TPU_RESOURCE)))
-                });
-            let ready = status
-                .as_ref()
-                .and_then(|s| s.conditions.as_deref())
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True");
-            let containers = status
-                .as_ref()
-                .and_then(|s| s.container_statuses.as_deref())
-                .unwrap_or_default();
-            let restarted_container = containers
-                .iter()
-                .find(|c| c.restart_count.unwrap_or(0) > 0)
-                .map(|c| c.name.clone());
-            let failed_container = containers
-                .iter()
-                .find(|c| {
-                    let ended = c.state.as_ref().and_then(|s| s.terminated.as_ref());
-                    ended.is_some_and(|t| t.exit_code.unwrap_or(1) != 0)
-                })
-                .map(|c| c.name.clone());
-            // Only our labels are kept, packed: none is copied into a map first.
-            let (metadata, labels, template_keys) = match pod.metadata {
-                Some(mut meta) => {
-                    let labels = OwnLabels::new(meta.labels.take().unwrap_or_default());
-                    let keys = meta.annotations.take().and_then(|a| a.0);
-                    (meta.keeping_labels(|_| false), labels, keys)
-                }
-                None => Default::default(),
-            };
-            LeanPod {
-                metadata,
-                labels,
-                node_name: spec.and_then(|s| s.node_name),
-                requests_tpu,
-                phase: status.and_then(|s| s.phase),
-                ready,
-                restarted_container,
-                failed_container,
-                rejection,
-                template_keys,
-            }
-        }
-    }
-
-    #[derive(Deserialize)]
-    pub struct Node {
-        metadata: Option<Meta>,
-        spec: Option<NodeSpec>,
-        status: Option<NodeStatus>,
-    }
-
-    #[derive(Deserialize)]
-    struct NodeSpec {
-        taints: Option<Vec<Taint>>,
-        unschedulable: Option<bool>,
-    }
-
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Taint {
-        #[serde(default)]
-        key: String,
-        time_added: Option<Time>,
-    }
-
-    #[derive(Deserialize)]
-    struct NodeStatus {
-        allocatable: Option<BTreeMap<String, Quantity>>,
-        capacity: Option<BTreeMap<String, Quantity>>,
-        conditions: Option<Vec<Condition>>,
-    }
-
-    impl From<Node> for LeanNode {
-        fn from(node: Node) -> LeanNode {
-            let spec = node.spec;
-            let status = node.status;
-            let chips = |of: fn(&NodeStatus) -> Option<&BTreeMap<String, Quantity>>| {
-                status
-                    .as_ref()
-                    .and_then(of)
-                    .and_then(|r| r.get(TPU_RESOURCE))
-                    .and_then(|q| q.0.parse::<u32>().ok())
-            };
-            let capacity = chips(|s| s.capacity.as_ref());
-            let allocatable = chips(|s| s.allocatable.as_ref());
-            let tpu_chips = capacity.or(allocatable).unwrap_or(0);
-            let tpu_allocatable = allocatable.or(capacity).unwrap_or(0);
-            let taints = spec
-                .as_ref()
-                .and_then(|s| s.taints.as_deref())
-                .unwrap_or_default();
-            let lifecycle_taint_since = taints
-                .iter()
-                .filter(|t| t.key == TAINT_NOT_READY || t.key == TAINT_UNREACHABLE)
-                .filter_map(|t| t.time_added.as_ref().map(|t| t.0))
-                .min();
-            let ready = status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .into_iter()
-                .find(|c| c.type_ == "Ready")
-                .map(|c| ReadyCondition {
-                    is_true: c.status == "True",
-                    since: c.last_transition_time.map(|t| t.0),
-                });
-            LeanNode {
-                metadata: node
-                    .metadata
-                    .map(|m| m.keeping_labels(|k| NODE_LABELS_READ.contains(&k)))
-                    .unwrap_or_default(),
-                taint_keys: taints.iter().map(|t| t.key.clone()).collect(),
-                lifecycle_taint_since,
-                unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
-                ready,
-                tpu_chips,
-                tpu_allocatable,
-            }
-        }
-    }
-}
+mod wire;
 
 #[cfg(test)]
 mod tests;

@@ -4,8 +4,9 @@ use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{
-    Container, ContainerStatus, Node, NodeCondition, NodeSpec, NodeStatus, Pod, PodCondition,
-    PodSpec, PodStatus, PodTemplateSpec, ResourceRequirements, Taint,
+    Container, ContainerState, ContainerStateTerminated, ContainerStatus, Node, NodeCondition,
+    NodeSpec, NodeStatus, Pod, PodCondition, PodSpec, PodStatus, PodTemplateSpec,
+    ResourceRequirements, Taint,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -135,6 +136,7 @@ pub fn train_cluster(membership: Membership, min: u32, max: u32) -> TrainCluster
             success_policy: SuccessPolicy::default(),
             ttl_seconds_after_finished: None,
             rollout: RolloutPolicy::default(),
+            active_deadline_seconds: None,
         },
     );
     tc.metadata.namespace = Some("default".into());
@@ -245,6 +247,53 @@ pub fn reject_pod(pod: &mut Pod, reason: &str) {
     status.message = Some(format!("Pod was rejected: {reason}"));
     status.container_statuses = None;
     status.conditions = None;
+}
+
+/// The pod's container `main` exited with `code` (restartPolicy Never): phase `Failed`.
+pub fn exit_pod(pod: &mut Pod, code: i32) {
+    let status = pod.status.get_or_insert_with(Default::default);
+    status.phase = Some("Failed".into());
+    status.container_statuses = Some(vec![terminated("main", code)]);
+}
+
+fn terminated(name: &str, code: i32) -> ContainerStatus {
+    ContainerStatus {
+        name: name.into(),
+        state: Some(ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: code,
+                container_id: Some(format!("containerd://{name}")),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The platform ended the pod as a kubelet does on graceful node shutdown or node-pressure
+/// eviction: phase `Failed`, `reason` (`Terminated`, `Evicted`), the `DisruptionTarget`
+/// condition (`TerminationByKubelet`), the container killed (exit 137).
+pub fn disrupt_pod(pod: &mut Pod, reason: &str, message: &str) {
+    let status = pod.status.get_or_insert_with(Default::default);
+    status.phase = Some("Failed".into());
+    status.reason = Some(reason.into());
+    status.message = Some(message.into());
+    status.conditions = Some(vec![
+        PodCondition {
+            type_: "Ready".into(),
+            status: "False".into(),
+            ..Default::default()
+        },
+        PodCondition {
+            type_: "DisruptionTarget".into(),
+            status: "True".into(),
+            reason: Some("TerminationByKubelet".into()),
+            message: Some(message.into()),
+            ..Default::default()
+        },
+    ]);
+    status.container_statuses = Some(vec![terminated("main", 137)]);
 }
 
 pub fn at(secs: i64) -> Timestamp {

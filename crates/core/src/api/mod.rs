@@ -1,6 +1,7 @@
 //! The `TrainCluster` custom resource (`slices.dev/v1alpha1`).
 
 mod crd;
+mod failure;
 mod field_error;
 pub mod metadata;
 pub mod naming;
@@ -11,5 +12,6 @@ pub mod template;
 pub mod validate;
 
 pub use crd::crd;
+pub use failure::*;
 pub use spec::*;
 pub use status::*;

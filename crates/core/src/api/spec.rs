@@ -3,6 +3,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::failure::FailurePolicy;
 use super::status::TrainClusterStatus;
 
 /// A training cluster: an optional head pod plus worker groups made of whole TPU slices.
@@ -75,6 +76,14 @@ pub struct TrainClusterSpec {
     /// How running replicas take up a changed template.
     #[serde(default)]
     pub rollout: RolloutPolicy,
+
+    /// How long the run may go on, from its start (`status.startTime`: when the cluster
+    /// was first planned, or resumed): then the cluster is `Failed` (reason
+    /// `DeadlineExceeded`) and its pods are deleted, as for a Job's `activeDeadlineSeconds`.
+    /// Unset: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub active_deadline_seconds: Option<u32>,
 }
 
 /// When a TrainCluster's run counts as done.
@@ -236,42 +245,6 @@ impl Default for ElasticPolicy {
     }
 }
 
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct FailurePolicy {
-    /// Group failures (a pod failed or a container restarted) tolerated before the cluster
-    /// goes Failed.
-    #[serde(default = "default_max_restarts")]
-    pub max_restarts: u32,
-    /// First backoff between restarts; doubles with each restart.
-    #[serde(default = "default_backoff")]
-    #[schemars(range(min = 0, max = 3600))]
-    pub backoff_seconds: u32,
-    /// Upper bound of the backoff.
-    #[serde(default = "default_max_backoff")]
-    #[schemars(range(min = 0, max = 86400))]
-    pub max_backoff_seconds: u32,
-    /// Preemptions (lost or terminating nodes) tolerated; unlimited when unset.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_preemptions: Option<u32>,
-    /// How long a NotReady node is tolerated before its group counts as lost.
-    #[serde(default = "default_node_grace")]
-    #[schemars(range(min = 0, max = 3600))]
-    pub node_not_ready_grace_seconds: u32,
-}
-
-impl Default for FailurePolicy {
-    fn default() -> Self {
-        FailurePolicy {
-            max_restarts: default_max_restarts(),
-            backoff_seconds: default_backoff(),
-            max_backoff_seconds: default_max_backoff(),
-            max_preemptions: None,
-            node_not_ready_grace_seconds: default_node_grace(),
-        }
-    }
-}
-
 fn default_resize_interval() -> u32 {
     60
 }
@@ -280,18 +253,6 @@ fn default_placement_timeout() -> u32 {
 }
 fn default_true() -> bool {
     true
-}
-fn default_max_restarts() -> u32 {
-    5
-}
-fn default_backoff() -> u32 {
-    10
-}
-fn default_max_backoff() -> u32 {
-    300
-}
-fn default_node_grace() -> u32 {
-    30
 }
 
 /// Pod templates are kept open in the schema (as KubeRay's worker templates would otherwise

@@ -56,6 +56,10 @@ pub struct TrainClusterStatus {
     /// When the run succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<Time>,
+    /// When the run started (first planned, or resumed after `suspend`):
+    /// `spec.activeDeadlineSeconds` counts from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
     /// Pod creates the API server rejected in a row (reset by a success or a spec edit).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub create_failures: u32,
@@ -218,6 +222,35 @@ pub struct GroupStatus {
     /// and deleting neither counts them again nor takes the leftovers for a new disruption.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retiring_incarnations: Vec<u64>,
+    /// With `failurePolicy.restartWindowSeconds`: when each failure still within the window
+    /// was charged, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub window_failures: Vec<Time>,
+    /// With `failurePolicy.restartWindowSeconds`: failures within the window now (what
+    /// `maxRestarts` is held against).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restarts_in_window: Option<u32>,
+    /// With `failurePolicy.restartWindowSeconds`: when the oldest failure within the window
+    /// leaves it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_frees_at: Option<Time>,
+    /// The group's last disruptions (at most 8, newest last): why each restart happened and
+    /// what it was charged as.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub last_disruptions: Vec<DisruptionRecord>,
+}
+
+/// One disruption of a group: when, why, and how it counted.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DisruptionRecord {
+    pub time: Time,
+    /// The reason code (`MemberFailed`, `Disrupted`, `NodeLost`, `KubeletRejected`, ...).
+    pub reason: String,
+    /// `Failure` (charged to `maxRestarts`), `Preemption` (to `maxPreemptions`), `Ignored`
+    /// (a failure rule said so), `Fatal` (a `FailJob` rule).
+    pub counted_as: String,
+    pub message: String,
 }
 
 /// The hot spares of a worker group.
@@ -243,6 +276,9 @@ pub const CONDITION_SLICES_AVAILABLE: &str = "SlicesAvailable";
 pub const CONDITION_READY: &str = "Ready";
 pub const CONDITION_FAILED: &str = "Failed";
 pub const CONDITION_SUCCEEDED: &str = "Succeeded";
+/// Node-loss deletions are held: many TPU nodes of a zone turned NotReady at once
+/// (`failurePolicy.massNodeLossPercent`).
+pub const CONDITION_NODE_LOSS_HELD: &str = "NodeLossHeld";
 /// The API server rejected a pod create (as a ReplicaSet's `ReplicaFailure`).
 pub const CONDITION_REPLICA_FAILURE: &str = "ReplicaFailure";
 

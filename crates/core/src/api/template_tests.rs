@@ -215,3 +215,24 @@ fn a_worker_template_may_not_set_its_node_or_hostname() {
         errors[0]
     );
 }
+
+/// `restartPolicy: Always` would turn every exit of a worker, a clean one too, into a
+/// charged container restart: refused, naming the field. `Never` and `OnFailure` pass.
+#[test]
+fn a_worker_template_may_not_restart_containers_always() {
+    let with = |policy: &str| {
+        let mut tc = crate::testing::train_cluster(crate::api::Membership::Multislice, 1, 1);
+        let spec = tc.spec.worker_groups[0].template.spec.as_mut().unwrap();
+        spec.restart_policy = Some(policy.into());
+        crate::api::validate::resolve(&tc).map(|_| ())
+    };
+    let errors = with("Always").unwrap_err();
+    assert_eq!(errors.len(), 1);
+    assert_eq!(
+        errors[0].field,
+        "spec.workerGroups[0].template.spec.restartPolicy"
+    );
+    assert!(errors[0].message.contains("use Never"), "{}", errors[0]);
+    assert!(with("Never").is_ok());
+    assert!(with("OnFailure").is_ok());
+}

@@ -229,9 +229,11 @@ pub fn resolve(tc: &TrainCluster) -> Result<Vec<ResolvedGroup<'_>>, Vec<FieldErr
     }
 }
 
-/// The fields by which a worker template would take from the operator where its pods run
-/// and what they are called: `nodeName` bypasses the slice placement (and the scheduler),
-/// `hostnameOverride` renames the host `TPU_WORKER_HOSTNAMES` lists.
+/// The fields by which a worker template would take from the operator where its pods run,
+/// what they are called or how their ends are seen: `nodeName` bypasses the slice placement
+/// (and the scheduler), `hostnameOverride` renames the host `TPU_WORKER_HOSTNAMES` lists,
+/// `restartPolicy: Always` turns every exit, a clean one too, into a container restart (a
+/// charged failure of the whole group, and a finished worker never counts as done).
 fn placement_fields(template: &PodTemplateSpec, at: &str) -> Vec<FieldError> {
     let Some(spec) = &template.spec else {
         return Vec::new();
@@ -246,6 +248,11 @@ fn placement_fields(template: &PodTemplateSpec, at: &str) -> Vec<FieldError> {
             "hostnameOverride",
             spec.hostname_override.is_some(),
             "the operator names each worker's host, as TPU_WORKER_HOSTNAMES lists them",
+        ),
+        (
+            "restartPolicy",
+            spec.restart_policy.as_deref() == Some("Always"),
+            "Always restarts a worker's container after every exit, a clean one too, and each restart fails the whole group; use Never (the default) and let the operator replace groups",
         ),
     ];
     let set = fields.into_iter().filter(|(_, set, _)| *set);

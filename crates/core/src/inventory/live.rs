@@ -179,6 +179,7 @@ impl LiveInventory {
                 self.built.insert(key, (ids, nodes));
             }
         }
+        inventory.count_zones();
         self.inventory.clone()
     }
 

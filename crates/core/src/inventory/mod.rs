@@ -12,7 +12,7 @@ pub use live::LiveInventory;
 pub(crate) use nodes::is_terminal;
 pub use nodes::node_health;
 pub use occupancy::{ForeignUse, Holder, Occupancy, train_cluster_owner};
-pub use types::{Inventory, NodeHealth, NodeState, Slice};
+pub use types::{Inventory, NodeHealth, NodeState, Slice, ZoneCount};
 
 #[cfg(test)]
 mod tests;

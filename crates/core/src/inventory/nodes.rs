@@ -16,6 +16,8 @@ pub(super) struct NodeObservation<'a> {
     pub single_host: bool,
     pub label_problem: Option<String>,
     pub health: NodeHealth,
+    /// `topology.kubernetes.io/zone`, empty when unlabelled.
+    pub zone: &'a str,
 }
 
 /// Chips per host of each node pool, from the nodes that report them. A node whose device
@@ -78,6 +80,7 @@ pub(super) fn observe_node<'a>(
     };
     Some(NodeObservation {
         health: node_health_with_chips(node, chips),
+        zone: node.label(NODE_LABEL_ZONE).unwrap_or_default(),
         name,
         slice_id,
         accelerator,
@@ -113,9 +116,10 @@ fn node_health_with_chips(node: &LeanNode, chips: u32) -> NodeHealth {
 }
 
 /// Readiness of one node: present, Ready, schedulable, not being deleted, no not-ready /
-/// unreachable / termination taint. A node-lifecycle taint left on after Ready is True
-/// again is still trouble, dated from when the taint was added: a blip is judged from when
-/// it began, not from when it ended.
+/// unreachable / termination taint. A node that is Ready again is not lost, whatever
+/// node-lifecycle taint lingers (a slow or failing-over controller-manager removes it
+/// late); it only takes no new group until the taint goes, as the scheduler would not place
+/// one there either.
 pub fn node_health(node: &LeanNode) -> NodeHealth {
     if node.metadata.deletion_timestamp.is_some() {
         return NodeHealth::Terminating {
@@ -131,9 +135,12 @@ pub fn node_health(node: &LeanNode) -> NodeHealth {
     let taint_since = node.lifecycle_taint_since;
     match &node.ready {
         Some(c) if c.is_true => {
-            if tainted(TAINT_NOT_READY) || tainted(TAINT_UNREACHABLE) {
-                return NodeHealth::NotReady {
-                    since: taint_since.or(c.since),
+            if let Some(key) = [TAINT_NOT_READY, TAINT_UNREACHABLE]
+                .into_iter()
+                .find(|k| tainted(k))
+            {
+                return NodeHealth::Unusable {
+                    reason: lingering_taint(key, c.since),
                 };
             }
         }
@@ -151,6 +158,17 @@ pub fn node_health(node: &LeanNode) -> NodeHealth {
     }
     NodeHealth::Ready
 }
+
+/// Why a Ready node still takes no group: its lifecycle taint lingers (since it was Ready).
+fn lingering_taint(key: &str, ready_since: Option<jiff::Timestamp>) -> String {
+    match ready_since {
+        Some(t) => format!("{LINGERING_TAINT}: {key} is still on, though Ready since {t}"),
+        None => format!("{LINGERING_TAINT}: {key} is still on, though Ready"),
+    }
+}
+
+/// How a lingering lifecycle taint is named in a node's health.
+pub const LINGERING_TAINT: &str = "lingering lifecycle taint";
 
 pub(crate) fn is_terminal(pod: &LeanPod) -> bool {
     matches!(pod.phase.as_deref(), Some("Succeeded") | Some("Failed"))

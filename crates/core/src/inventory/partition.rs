@@ -39,6 +39,7 @@ pub(super) fn slices_of(nodes: &[&LeanNode]) -> Part {
             slice: obs.slice_id.to_string(),
             name: obs.name.to_string(),
             health: obs.health,
+            zone: obs.zone.to_string(),
         });
     }
     for slice in &mut part.slices {

@@ -30,6 +30,26 @@ pub struct NodeState {
     /// Id of its slice.
     pub(super) slice: String,
     pub health: NodeHealth,
+    /// `topology.kubernetes.io/zone`, empty when unlabelled.
+    pub zone: String,
+}
+
+/// How many watched TPU nodes a zone has, and how many of them are NotReady.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ZoneCount {
+    pub nodes: u32,
+    pub not_ready: u32,
+}
+
+impl ZoneCount {
+    /// More than 2 nodes NotReady and at least `percent` of the zone: the trouble is more
+    /// likely the control plane's or the network's than the nodes' (the node-lifecycle
+    /// controller's partial-disruption rule). `percent` 0: never.
+    pub fn mass_loss(&self, percent: u32) -> bool {
+        percent > 0
+            && self.not_ready > 2
+            && u64::from(self.not_ready) * 100 >= u64::from(percent) * u64::from(self.nodes)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -74,6 +94,8 @@ pub struct Inventory {
     /// By id (iterated in id order).
     pub(super) slices: BTreeMap<String, Slice>,
     pub(super) nodes: FastMap<String, NodeState>,
+    /// Each zone's nodes and NotReady nodes (the brake on mass node loss).
+    pub(super) zones: BTreeMap<String, ZoneCount>,
 }
 
 impl Inventory {
@@ -166,6 +188,49 @@ impl Inventory {
                 deadline - grace
             )
         })
+    }
+
+    /// The zones (by name, empty for unlabelled nodes) with their NotReady counts.
+    pub fn zones(&self) -> &BTreeMap<String, ZoneCount> {
+        &self.zones
+    }
+
+    /// Count every zone's nodes again (after partitions were rebuilt).
+    pub(super) fn count_zones(&mut self) {
+        let mut zones: BTreeMap<String, ZoneCount> = BTreeMap::new();
+        for node in self.nodes.values() {
+            let count = zones.entry(node.zone.clone()).or_default();
+            count.nodes += 1;
+            count.not_ready += u32::from(matches!(node.health, NodeHealth::NotReady { .. }));
+        }
+        self.zones = zones;
+    }
+
+    /// The loss of these nodes is held by the brake: each NotReady one (and there is one) is
+    /// in a zone where NotReady nodes are a mass (see [`ZoneCount::mass_loss`]). Nodes gone,
+    /// being deleted or marked for termination are never held.
+    pub fn loss_held<'n>(&self, nodes: impl IntoIterator<Item = &'n str>, percent: u32) -> bool {
+        let mut any = false;
+        for name in nodes {
+            match self.nodes.get(name) {
+                None => return false,
+                Some(n) => match n.health {
+                    NodeHealth::Terminating { .. } => return false,
+                    NodeHealth::NotReady { .. } => {
+                        let held = self
+                            .zones
+                            .get(&n.zone)
+                            .is_some_and(|z| z.mass_loss(percent));
+                        if !held {
+                            return false;
+                        }
+                        any = true;
+                    }
+                    _ => {}
+                },
+            }
+        }
+        any
     }
 
     pub fn len(&self) -> usize {

@@ -317,3 +317,80 @@ fn of_the_annotations_only_the_template_keys_are_kept() {
         None
     );
 }
+
+/// A pod the kubelet shut down with its node keeps the platform's word for it: the
+/// DisruptionTarget condition's reason and message, the pod's own reason, the exit codes
+/// and the conditions failure rules match on.
+#[test]
+fn a_disrupted_pod_keeps_who_ended_it_and_how() {
+    let pod: LeanPod = serde_json::from_value(json!({
+        "metadata": {"name": "p"},
+        "status": {
+            "phase": "Failed",
+            "reason": "Terminated",
+            "message": "Pod was terminated in response to imminent node shutdown.",
+            "conditions": [
+                {"type": "Ready", "status": "False"},
+                {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet",
+                 "message": "Pod was terminated in response to imminent node shutdown."}
+            ],
+            "containerStatuses": [
+                {"name": "main", "state": {"terminated": {"exitCode": 143, "containerID": "c://1"}}},
+                {"name": "side", "state": {"terminated": {"exitCode": 0, "containerID": "c://2"}}}
+            ]
+        }
+    }))
+    .unwrap();
+    let d = pod.disruption().expect("disrupted");
+    assert_eq!(d.reason, "TerminationByKubelet");
+    assert_eq!(d.pod_reason.as_deref(), Some("Terminated"));
+    assert!(d.message.contains("imminent node shutdown"));
+    let ending = pod.ending.as_deref().unwrap();
+    assert_eq!(
+        ending.exits,
+        [ContainerExit {
+            container: "main".into(),
+            exit_code: 143
+        }],
+        "a clean exit is no exit code to match"
+    );
+    assert_eq!(
+        ending.conditions,
+        [("DisruptionTarget".to_string(), "True".to_string())],
+        "Ready is a condition every pod has"
+    );
+    assert!(pod.rejection.is_none(), "it ran: no admission refusal");
+}
+
+/// A reason only the platform writes is a disruption without the condition; any other
+/// reason (a pod's own deadline) is not. A restarted container's exit is its last state's.
+#[test]
+fn platform_reasons_and_restarted_containers() {
+    let with = |reason: &str| -> LeanPod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p"},
+            "status": {"phase": "Failed", "reason": reason,
+                "containerStatuses": [{"name": "main", "restartCount": 1,
+                    "state": {"terminated": {"exitCode": 137, "containerID": "c://1"}}}]}
+        }))
+        .unwrap()
+    };
+    assert_eq!(with("Evicted").disruption().unwrap().reason, "Evicted");
+    assert!(with("DeadlineExceeded").disruption().is_none());
+    let restarted: LeanPod = serde_json::from_value(json!({
+        "metadata": {"name": "p"},
+        "status": {"phase": "Running", "containerStatuses": [{"name": "main", "restartCount": 2,
+            "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+            "lastState": {"terminated": {"exitCode": 42, "containerID": "c://1"}}}]}
+    }))
+    .unwrap();
+    assert_eq!(restarted.ending.as_deref().unwrap().exits[0].exit_code, 42);
+    let healthy: LeanPod = serde_json::from_value(json!({
+        "metadata": {"name": "p"}, "status": {"phase": "Running"}
+    }))
+    .unwrap();
+    assert!(
+        healthy.ending.is_none(),
+        "nothing kept for a pod that is fine"
+    );
+}

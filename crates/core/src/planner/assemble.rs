@@ -6,9 +6,11 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 
+use super::budget::RunFailure;
+use super::clock::stamp;
 use super::observe::ObservedReplica;
 use super::state::Planner;
-use super::{EventType, Plan, status};
+use super::{EventType, FailCause, Plan, status};
 use crate::api::validate::ResolvedGroup;
 use crate::api::{GroupStatus, HeadStatus, Phase, TrainClusterStatus};
 
@@ -30,8 +32,8 @@ pub(super) struct GroupSummary {
     pub waiting: bool,
     pub restarting: bool,
     pub completed: bool,
-    /// Why this group's failure budget is spent, if it is.
-    pub exhausted: Option<String>,
+    /// Why the run fails because of this group (or as a whole), if it does.
+    pub exhausted: Option<RunFailure>,
     pub min: u32,
 }
 
@@ -43,7 +45,7 @@ pub(super) fn group_summary(
     kept: &[&ObservedReplica<'_>],
     replicas: Vec<u32>,
     state: GroupState,
-    exhausted: Option<String>,
+    exhausted: Option<RunFailure>,
 ) -> GroupSummary {
     memory.ready_slices = kept.iter().filter(|r| r.ready).count() as u32;
     memory.completed_slices = kept
@@ -82,15 +84,16 @@ impl Planner<'_> {
         &self,
         summaries: &[GroupSummary],
         head: Option<HeadStatus>,
-        head_exhausted: Option<&str>,
+        run_failure: Option<&RunFailure>,
     ) -> TrainClusterStatus {
         let mut status = status::cluster_status(
             self.tc,
             self.previous,
             &summaries_view(summaries),
-            head_exhausted,
+            run_failure,
             self.now,
         );
+        status.start_time = self.start_time.map(stamp);
         status.avoided_slices = self.avoided.clone();
         status.kubelet_rejections = self.rejections.clone();
         if self.fresh_spec {
@@ -110,17 +113,20 @@ impl Planner<'_> {
         mut self,
         summaries: Vec<GroupSummary>,
         head: HeadStatus,
-        head_exhausted: Option<String>,
+        run_failure: Option<RunFailure>,
     ) -> Plan {
-        let status = self.cluster_status(&summaries, Some(head), head_exhausted.as_deref());
+        let status = self.cluster_status(&summaries, Some(head), run_failure.as_ref());
         if status.phase == Phase::Failed && self.previous.phase != Phase::Failed {
-            let why = summaries
+            let failures: Vec<&RunFailure> = run_failure
                 .iter()
-                .filter_map(|s| s.exhausted.clone())
-                .chain(head_exhausted)
-                .collect::<Vec<_>>()
-                .join("; ");
-            self.emit(EventType::Warning, "RestartBudgetExhausted", why);
+                .chain(summaries.iter().filter_map(|s| s.exhausted.as_ref()))
+                .collect();
+            let reason = failures.first().map_or(FailCause::Budget, |f| f.cause);
+            self.emit(
+                EventType::Warning,
+                reason.code(),
+                status::failure_message(&failures),
+            );
         }
         self.plan.status = status;
         self.plan.requeue_after = requeue_after(self.wake, self.now);
@@ -135,7 +141,7 @@ fn summaries_view(summaries: &[GroupSummary]) -> Vec<status::GroupView<'_>> {
             status: &s.status,
             waiting: s.waiting,
             restarting: s.restarting,
-            exhausted: s.exhausted.as_deref(),
+            exhausted: s.exhausted.as_ref(),
             min: s.min,
         })
         .collect()
@@ -158,7 +164,7 @@ mod tests {
             waiting: false,
             restarting: false,
             completed: false,
-            exhausted: exhausted.map(str::to_string),
+            exhausted: exhausted.map(|m| RunFailure::new(FailCause::Budget, m.to_string())),
             min: 1,
         }
     }

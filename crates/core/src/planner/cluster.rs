@@ -14,7 +14,10 @@ use super::state::Planner;
 use super::status::set_condition;
 use super::text::truncate;
 use super::types::{EventAfter, EventType, GroupCreate, Plan, PlanInput, PlannedEvent};
-use super::{DeleteReason, avoid, budget, completion, creates, head, refused, rejections, render};
+use super::{
+    DeleteReason, avoid, brake, budget, completion, creates, deadline, head, refused, rejections,
+    render,
+};
 use crate::api::validate::{self, FieldError, ResolvedGroup};
 use crate::api::{GroupStatus, Phase, TrainCluster, TrainClusterStatus};
 use crate::constants::ROLE_HEAD;
@@ -135,6 +138,8 @@ pub(super) fn start<'a>(
         avoided: avoid::still_avoided(&previous.avoided_slices, now),
         rejections: rejections::recent(tc, &previous.kubelet_rejections, now),
         spare_refills: Vec::new(),
+        start_time: deadline::start_time(tc, previous, now),
+        held: Vec::new(),
     }
 }
 
@@ -147,8 +152,7 @@ impl<'a> Planner<'a> {
         if self.previous.phase == Phase::Succeeded {
             return self.wind_down(pods);
         }
-        self.warn_reserved_labels();
-        self.warn_head_env_overrides();
+        self.warn_about_the_spec();
         // Slices our pods are pinned to are taken, whatever a moment-old inventory says.
         // 64 pods to a slice: one allocation per slice, not per pod.
         for slice in pods.iter().filter_map(|f| f.slice) {
@@ -170,12 +174,14 @@ impl<'a> Planner<'a> {
         }
         let mut head = head::memory(self.previous, past.reset);
         let head_exhausted = self.judge_head(&head_pods, &mut head);
-        let sticky = past.sticky || head_exhausted.is_some();
+        // The run as a whole fails: its deadline passed, or its head's budget is spent.
+        let run_failure = self.check_deadline().or(head_exhausted);
+        let sticky = past.sticky.clone().or(run_failure.clone());
         let mut summaries = Vec::new();
         for group in groups {
             let pods = by_group.remove(group.name()).unwrap_or_default();
             let memory = group_memory(self.previous, group.name(), past.reset);
-            summaries.push(self.plan_group(group, &pods, memory, sticky));
+            summaries.push(self.plan_group(group, &pods, memory, sticky.as_ref()));
         }
         self.refill_all_spares(groups, &mut summaries);
         self.delete_unknown_groups(by_group);
@@ -183,68 +189,28 @@ impl<'a> Planner<'a> {
             let status = self.cluster_status(&summaries, None, None);
             return self.succeed(pods, status, "AllWorkersSucceeded");
         }
-        let failed = sticky || summaries.iter().any(|s| s.exhausted.is_some());
-        self.place_head(&head_pods, &mut head, failed);
-        let head_missing = tc.spec.head.is_some() && !failed && head_pods.is_empty();
+        let failure = sticky.as_ref().map(|f| f.cause).or_else(|| {
+            summaries
+                .iter()
+                .find_map(|s| s.exhausted.as_ref().map(|f| f.cause))
+        });
+        self.place_head(&head_pods, &mut head, failure);
+        let head_missing = tc.spec.head.is_some() && failure.is_none() && head_pods.is_empty();
         let refusal_may_end = self.create_hold.is_none()
             && creates::workers_refused(self.previous)
             && !self.short
             && !head_missing;
-        let mut plan = self.finish(summaries, head, head_exhausted);
+        let held = std::mem::take(&mut self.held);
+        let (inventory, previous, now) = (self.inventory, self.previous, self.now);
+        let mut plan = self.finish(summaries, head, run_failure);
+        let percent = tc.spec.failure_policy.mass_node_loss_percent;
+        let generation = tc.metadata.generation;
+        brake::report(
+            &mut plan, &held, previous, inventory, percent, generation, now,
+        );
         spares_last(&mut plan);
         end_refusal_untried(&mut plan, refusal_may_end);
         plan
-    }
-
-    /// `slices.dev/` labels in a template are dropped from the pods (only the operator
-    /// writes those); said once per generation of the spec.
-    fn warn_reserved_labels(&mut self) {
-        if self.previous.observed_generation == self.tc.metadata.generation {
-            return;
-        }
-        let dropped = render::reserved_template_labels(self.tc);
-        if !dropped.is_empty() {
-            self.emit(
-                EventType::Warning,
-                "ReservedLabelsDropped",
-                format!(
-                    "labels under {} are the operator's own and were left off the pods: {}; remove them from the template",
-                    crate::constants::LABEL_PREFIX,
-                    dropped.join(", ")
-                ),
-            );
-        }
-    }
-
-    /// A template's own `RAY_ADDRESS` or `JAX_COORDINATOR_ADDRESS` wins over the head's
-    /// address; where they differ, that is said once per generation of the spec. So is a
-    /// template's own coordinator where the head is none (it overrides TPU detection).
-    fn warn_head_env_overrides(&mut self) {
-        if self.previous.observed_generation == self.tc.metadata.generation {
-            return;
-        }
-        let overrides = super::env::head_env_overrides(self.tc);
-        if !overrides.is_empty() {
-            self.emit(
-                EventType::Warning,
-                "HeadAddressOverridden",
-                format!(
-                    "the template's own value is used, not the head's address: {}; remove it to use the head",
-                    overrides.join(", ")
-                ),
-            );
-        }
-        let coordinator = super::env::coordinator_overrides(self.tc);
-        if !coordinator.is_empty() {
-            self.emit(
-                EventType::Warning,
-                "CoordinatorOverridden",
-                format!(
-                    "JAX takes the template's own coordinator address before its TPU detection, so not slice 0 host 0 as the TPU env names: {}; remove it unless that coordinator really runs (or give the head a port named jax-coordinator)",
-                    coordinator.join(", ")
-                ),
-            );
-        }
     }
 
     /// Pods of groups no longer in the spec go, whole.

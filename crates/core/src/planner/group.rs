@@ -22,13 +22,14 @@ const LEAVING_RECHECK: SignedDuration = SignedDuration::from_secs(2);
 
 impl<'a> Planner<'a> {
     /// Plan one worker group from its pods and its memory (the group's last status).
-    /// `sticky_failed`: the cluster failed under this spec and stays failed.
+    /// `sticky_failed`: the run failed (under this spec, or this round before the groups
+    /// were planned) and stays failed.
     pub(super) fn plan_group(
         &mut self,
         group: &ResolvedGroup<'a>,
         pods: &[PodFacts<'a>],
         mut memory: GroupStatus,
-        sticky_failed: bool,
+        sticky_failed: Option<&budget::RunFailure>,
     ) -> GroupSummary {
         let name = group.name();
         let multislice = self.tc.spec.membership == Membership::Multislice;
@@ -45,12 +46,14 @@ impl<'a> Planner<'a> {
 
         // Observe and judge: what runs, what must go, what broke and what that costs.
         let observed = self.observe_group(group, &pods, grace, &recognised, &mut memory);
+        self.note_held(name, &observed);
         let spare_sets = self.observe_spares(group, &spare_pods, grace);
         let spare_slices = spares::own_spare_slices(&spare_sets);
-        let (mut kept, tally) = self.judge_group(name, &observed, &memory, multislice);
+        let (mut kept, tally) = self.judge_group(name, &observed, &mut memory, multislice);
         self.release_stuck(name, &observed, group.shape.is_some(), grace);
         let exhausted = self.charge_budget(name, &tally, &mut memory);
-        let failed = sticky_failed || exhausted.is_some();
+        let failure = exhausted.as_ref().or(sticky_failed).map(|f| f.cause);
+        let failed = failure.is_some();
 
         // Size: from the slices this group holds or can take.
         let own: HashSet<&str> = observed.values().filter_map(|r| r.slice).collect();
@@ -71,7 +74,7 @@ impl<'a> Planner<'a> {
         let finishing = kept
             .iter()
             .any(|r| r.verdict == observe::Verdict::Completed);
-        let sizing = self.size_group(group, &mut memory, failed, finishing);
+        let sizing = self.size_group(group, &mut memory, failure, finishing);
 
         // Retire what the size has no room for, as whole groups.
         let forming = memory.formed_epoch != memory.epoch;
@@ -197,6 +200,8 @@ impl<'a> Planner<'a> {
             owner_uid: self.tc.metadata.uid.as_deref().unwrap_or_default(),
             group: group.name(),
             placement_timeout: self.placement_timeout(group),
+            rules: &self.tc.spec.failure_policy.rules,
+            mass_loss_percent: self.tc.spec.failure_policy.mass_node_loss_percent,
         };
         let (observed, strays) = observe::replicas(pods, &judging, self.inventory);
         self.avoid_unschedulable(&observed, &memory.retiring_incarnations);
@@ -223,8 +228,11 @@ impl<'a> Planner<'a> {
         if leaving > 0 {
             self.wake_at(self.now + LEAVING_RECHECK);
         }
+        // A deadline already passed is a loss the brake holds: its end is a node event.
         for slice in usable {
-            if let Some(t) = self.inventory.grace_deadline(slice, grace) {
+            if let Some(t) = self.inventory.grace_deadline(slice, grace)
+                && t > self.now
+            {
                 self.wake_at(t);
             }
         }

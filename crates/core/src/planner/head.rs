@@ -42,7 +42,7 @@ impl Planner<'_> {
         &mut self,
         pods: &[&LeanPod],
         head: &mut HeadStatus,
-    ) -> Option<String> {
+    ) -> Option<budget::RunFailure> {
         let cluster = self.tc.metadata.name.as_deref().unwrap_or_default();
         let failed = newly_failed(cluster, pods, head)?;
         let policy = &self.tc.spec.failure_policy;
@@ -76,17 +76,20 @@ impl Planner<'_> {
     /// Keep exactly one current head pod while the cluster runs: delete a failed, misnamed
     /// or outdated one (or every one while the cluster is stopped), and create it once none
     /// is left and its backoff is over.
-    pub(super) fn place_head(&mut self, pods: &[&LeanPod], head: &mut HeadStatus, failed: bool) {
+    pub(super) fn place_head(
+        &mut self,
+        pods: &[&LeanPod],
+        head: &mut HeadStatus,
+        failed: Option<super::FailCause>,
+    ) {
         let spec = &self.tc.spec;
         let cluster = self.tc.metadata.name.as_deref().unwrap_or_default();
         let recognised = revision::Recognised::head(self.tc);
         head.template_hash = recognised.as_ref().map(|r| r.current.clone());
         let stop = if spec.suspend {
             Some(DeleteReason::Suspended)
-        } else if failed {
-            Some(DeleteReason::BudgetExhausted)
         } else {
-            None
+            failed.map(DeleteReason::RunFailed)
         };
         let wanted = spec.head.is_some() && stop.is_none();
         for pod in pods {

@@ -5,18 +5,21 @@ use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 
+use super::clock::stamp;
 use super::observe::{ObservedReplica, Verdict};
 use super::state::Planner;
 use super::{DeleteReason, DisruptionKind};
-use crate::api::GroupStatus;
+use crate::api::{DisruptionRecord, GroupStatus};
 
 /// What broke this round, as charged to the budget.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct Tally {
     pub failures: u32,
     pub preemptions: u32,
     /// A replica of the current epoch broke: a multislice job must restart.
     pub broken_current_epoch: bool,
+    /// A `FailJob` rule matched: why (the first such break).
+    pub fatal: Option<String>,
 }
 
 /// The verdicts applied: replicas kept, replicas to delete.
@@ -53,7 +56,12 @@ pub(super) fn judge_replicas<'r, 'a>(
         let stale = multislice && replica.epoch != Some(epoch);
         match &replica.verdict {
             Verdict::Draining => {}
-            Verdict::Settling { .. } | Verdict::Healthy | Verdict::Completed if stale => {
+            Verdict::Settling { .. }
+            | Verdict::Healthy
+            | Verdict::Completed
+            | Verdict::Held { .. }
+                if stale =>
+            {
                 doomed.push((replica, DeleteReason::EpochChanged { epoch }));
             }
             // Kept (it occupies its index and slice); looked at again when the grace ends.
@@ -67,7 +75,10 @@ pub(super) fn judge_replicas<'r, 'a>(
                     _ if judged_before => {}
                     DisruptionKind::Failure => tally.failures += 1,
                     DisruptionKind::Preemption => tally.preemptions += 1,
-                    DisruptionKind::Maintenance => {}
+                    DisruptionKind::Fatal => {
+                        tally.fatal.get_or_insert_with(|| reason.to_string());
+                    }
+                    DisruptionKind::Maintenance | DisruptionKind::Ignored => {}
                 }
                 // A member that never got going (cut short, never scheduled, refused by its
                 // kubelet) is replaced into an epoch that has not run whole yet.
@@ -84,7 +95,7 @@ pub(super) fn judge_replicas<'r, 'a>(
                 doomed.push((replica, reason.clone()));
             }
             // Finished work keeps its index and is never charged.
-            Verdict::Healthy | Verdict::Completed => kept.push(replica),
+            Verdict::Healthy | Verdict::Completed | Verdict::Held { .. } => kept.push(replica),
         }
     }
     // A multislice job restarts as one: one restart however many slices failed.
@@ -107,7 +118,7 @@ impl<'a> Planner<'a> {
         &mut self,
         name: &str,
         observed: &'r BTreeMap<u32, ObservedReplica<'a>>,
-        memory: &GroupStatus,
+        memory: &mut GroupStatus,
         multislice: bool,
     ) -> (Vec<&'r ObservedReplica<'a>>, Tally) {
         let judgement = judge_replicas(
@@ -121,10 +132,30 @@ impl<'a> Planner<'a> {
             self.wake_at(until);
         }
         for (replica, reason) in judgement.doomed {
+            if reason.warns() && !memory.retiring_incarnations.contains(&replica.incarnation) {
+                remember(memory, &reason, self.now);
+            }
             self.delete_replica(name, replica, reason);
         }
         (judgement.kept, judgement.tally)
     }
+}
+
+/// How many disruptions a group's status keeps (`lastDisruptions`).
+const DISRUPTIONS_KEPT: usize = 8;
+
+/// Add a disruption to the group's history, newest last, the oldest dropped beyond
+/// [`DISRUPTIONS_KEPT`].
+fn remember(memory: &mut GroupStatus, reason: &DeleteReason, now: Timestamp) {
+    let history = &mut memory.last_disruptions;
+    history.push(DisruptionRecord {
+        time: stamp(now),
+        reason: reason.code().to_string(),
+        counted_as: reason.kind().counted_as().to_string(),
+        message: reason.to_string(),
+    });
+    let excess = history.len().saturating_sub(DISRUPTIONS_KEPT);
+    history.drain(..excess);
 }
 
 #[cfg(test)]
@@ -234,7 +265,8 @@ mod tests {
             Tally {
                 failures: 1,
                 preemptions: 1,
-                broken_current_epoch: true
+                broken_current_epoch: true,
+                fatal: None,
             }
         );
     }

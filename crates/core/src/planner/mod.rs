@@ -25,11 +25,13 @@
 
 mod assemble;
 mod avoid;
+mod brake;
 mod budget;
 mod clock;
 mod cluster;
 mod completion;
 pub mod creates;
+mod deadline;
 mod effects;
 mod env;
 mod fnv;
@@ -51,6 +53,7 @@ pub mod render;
 mod retire;
 pub mod revision;
 mod rollout;
+mod rules;
 mod size;
 mod spares;
 mod state;
@@ -59,10 +62,12 @@ mod stuck;
 mod template_meta;
 mod text;
 mod types;
+mod warnings;
 
+pub use budget::RunFailure;
 pub use cluster::plan;
 pub use group_pods::GroupPods;
-pub use reason::{DeleteReason, DisruptionKind};
+pub use reason::{DeleteReason, DisruptionKind, FailCause};
 pub use spares::{spare_pod, spare_pod_name, spare_pods};
 pub use types::{
     EventAfter, EventType, GroupCreate, GroupDelete, Plan, PlanInput, PlannedEvent, PodPatch,

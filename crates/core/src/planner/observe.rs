@@ -3,7 +3,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use crate::lean::{LeanPod, Rejection};
+use crate::lean::LeanPod;
 use jiff::{SignedDuration, Timestamp};
 use rayon::prelude::*;
 
@@ -28,6 +28,9 @@ pub enum Verdict {
     Draining,
     /// Created moments ago and not all members visible yet: wait until `until`.
     Settling { until: Timestamp },
+    /// Its nodes are NotReady past the grace, but so are many others of their zone at once
+    /// (`failurePolicy.massNodeLossPercent`): the brake on mass node loss keeps it.
+    Held { detail: String },
     /// Must be deleted whole.
     Broken(DeleteReason),
 }
@@ -70,67 +73,10 @@ pub struct Judging<'a> {
     /// How long a member placed on a slice may stay unscheduled (None: the group's pods are
     /// not placed by us, e.g. left to a cluster autoscaler).
     pub placement_timeout: Option<SignedDuration>,
-}
-
-/// The operator's labels of one pod, parsed once (the planner looks at 64,000 of them).
-#[derive(Clone, Copy, Debug)]
-pub struct PodFacts<'a> {
-    pub pod: &'a LeanPod,
-    pub cluster: Option<&'a str>,
-    pub role: Option<&'a str>,
-    pub group: Option<&'a str>,
-    pub replica: Option<u32>,
-    pub host: Option<u64>,
-    pub epoch: Option<u64>,
-    pub incarnation: Option<u64>,
-    pub slice: Option<&'a str>,
-    pub template_hash: Option<&'a str>,
-    pub membership: Option<&'a str>,
-    /// The placeholder set of a spare pod (`slices.dev/spare-index`).
-    pub spare: Option<u32>,
-}
-
-impl<'a> PodFacts<'a> {
-    pub fn of(pod: &'a LeanPod) -> PodFacts<'a> {
-        let mut facts = PodFacts {
-            pod,
-            cluster: None,
-            role: None,
-            group: None,
-            replica: None,
-            host: None,
-            epoch: None,
-            incarnation: None,
-            slice: None,
-            template_hash: None,
-            membership: None,
-            spare: None,
-        };
-        // One string, in order (`OwnLabels`): no map to walk, and each name is matched by its
-        // length and bytes against constants (64,000 pods a plan).
-        for (name, value) in pod.labels.iter() {
-            facts.read(name.as_bytes(), value);
-        }
-        facts
-    }
-
-    /// Take in the value of the label `slices.dev/<suffix>`.
-    fn read(&mut self, suffix: &[u8], v: &'a str) {
-        match suffix.len() {
-            4 if suffix == b"role" => self.role = Some(v),
-            5 if suffix == b"group" => self.group = Some(v),
-            5 if suffix == b"epoch" => self.epoch = v.parse().ok(),
-            5 if suffix == b"slice" => self.slice = Some(v),
-            7 if suffix == b"cluster" => self.cluster = Some(v),
-            10 if suffix == b"host-index" => self.host = v.parse().ok(),
-            10 if suffix == b"membership" => self.membership = Some(v),
-            11 if suffix == b"incarnation" => self.incarnation = v.parse().ok(),
-            11 if suffix == b"spare-index" => self.spare = v.parse().ok(),
-            13 if suffix == b"replica-index" => self.replica = v.parse().ok(),
-            13 if suffix == b"template-hash" => self.template_hash = Some(v),
-            _ => {}
-        }
-    }
+    /// `failurePolicy.rules`: what a failed or disrupted member counts as.
+    pub rules: &'a [crate::api::FailureRule],
+    /// `failurePolicy.massNodeLossPercent`: the brake on mass node loss.
+    pub mass_loss_percent: u32,
 }
 
 /// Group this worker group's pods by replica index. Pods whose replica index label is
@@ -257,8 +203,15 @@ fn verdict(
     } else {
         None
     };
+    if let Some(reason) = &node_loss
+        && loss_held(facts, pinned, inventory, judging.mass_loss_percent)
+    {
+        return Verdict::Held {
+            detail: reason.to_string(),
+        };
+    }
     let problem = node_loss
-        .or_else(|| member_lost(facts, judging.success_counts))
+        .or_else(|| member_lost(facts, judging.success_counts, judging.rules))
         .or_else(|| bad_host_index(facts, hosts))
         .or_else(|| placement_problem(facts, pinned, judging, inventory));
     if let Some(reason) = problem {
@@ -271,42 +224,6 @@ fn verdict(
         return Verdict::Broken(DeleteReason::MixedEpochs);
     }
     Verdict::Healthy
-}
-
-pub(super) fn terminating(pod: &LeanPod) -> bool {
-    pod.metadata.deletion_timestamp.is_some()
-}
-
-/// A pinned group's pods can only run on its slice (nodeSelector), whose loss the inventory
-/// knows (terminating or NotReady nodes, missing hosts): one check per group. Unpinned
-/// groups (autoscaler mode) are checked pod by pod.
-fn node_lost(
-    facts: &[PodFacts<'_>],
-    pinned: Option<&str>,
-    inventory: &Inventory,
-    now: Timestamp,
-    grace: SignedDuration,
-) -> Option<DeleteReason> {
-    match pinned {
-        Some(id) => {
-            let lost = match inventory.slice(id) {
-                None => Some(format!("slice {id} is gone")),
-                Some(slice) => inventory.slice_lost(slice, now, grace),
-            };
-            lost.map(|why| DeleteReason::NodeLost {
-                pod: facts[0].pod.name().to_string(),
-                detail: why,
-            })
-        }
-        None => facts.iter().find_map(|f| {
-            let node = f.pod.node_name.as_deref()?;
-            let why = inventory.node_lost(node, now, grace)?;
-            Some(DeleteReason::NodeLost {
-                pod: f.pod.name().to_string(),
-                detail: why,
-            })
-        }),
-    }
 }
 
 /// A group placed on a slice it cannot have: another TrainCluster's group claimed the slice
@@ -356,17 +273,6 @@ pub fn unscheduled(pod: &LeanPod) -> bool {
         && matches!(pod.phase.as_deref(), None | Some("Pending"))
 }
 
-/// A pod its node's kubelet refused: the node's fault, not the job's.
-pub(super) fn kubelet_rejected(pod: &LeanPod, rejection: &Rejection) -> DeleteReason {
-    DeleteReason::KubeletRejected {
-        pod: pod.name().to_string(),
-        uid: pod.metadata.uid.clone().unwrap_or_default(),
-        node: pod.node_name.clone().unwrap_or_default(),
-        reason: rejection.reason.clone(),
-        message: rejection.message.clone(),
-    }
-}
-
 /// Every host is there, with its own index, and exited 0.
 fn completed(facts: &[PodFacts<'_>], hosts: u32) -> bool {
     facts.len() == hosts as usize
@@ -374,53 +280,6 @@ fn completed(facts: &[PodFacts<'_>], hosts: u32) -> bool {
         && facts
             .iter()
             .all(|f| f.pod.phase.as_deref() == Some("Succeeded"))
-}
-
-/// A member was deleted, failed, exited or restarted a container: the others cannot go on
-/// without it (a deletion is reported before anything else). With `success_counts`, a
-/// member that exited 0 is done, not lost: its peers are left to finish. A member its
-/// kubelet refused is reported only when no other member is lost: a real failure beside it
-/// is still the job's.
-fn member_lost(facts: &[PodFacts<'_>], success_counts: bool) -> Option<DeleteReason> {
-    if let Some(f) = facts.iter().find(|f| terminating(f.pod)) {
-        return Some(DeleteReason::MemberDeleted {
-            pod: f.pod.name().to_string(),
-        });
-    }
-    let (rejected, others): (Vec<&PodFacts<'_>>, Vec<&PodFacts<'_>>) =
-        facts.iter().partition(|f| f.pod.rejection.is_some());
-    others
-        .into_iter()
-        .find_map(|f| lost(f.pod, success_counts))
-        .or_else(|| {
-            let f = rejected.first()?;
-            kubelet_rejected(f.pod, f.pod.rejection.as_deref()?).into()
-        })
-}
-
-/// Why one member that is not being deleted is lost to its group, if it is.
-fn lost(pod: &LeanPod, success_counts: bool) -> Option<DeleteReason> {
-    let name = || pod.name().to_string();
-    match pod.phase.as_deref() {
-        Some("Failed") => Some(DeleteReason::MemberFailed { pod: name() }),
-        Some("Succeeded") if success_counts => None,
-        Some("Succeeded") => Some(DeleteReason::MemberExited { pod: name() }),
-        _ => {
-            let restarted = pod.restarted_container.as_ref().map(|container| {
-                DeleteReason::ContainerRestarted {
-                    pod: name(),
-                    container: container.clone(),
-                }
-            });
-            restarted.or_else(|| {
-                let container = pod.failed_container.clone()?;
-                Some(DeleteReason::ContainerFailed {
-                    pod: name(),
-                    container,
-                })
-            })
-        }
-    }
 }
 
 /// Every member needs its own host index in `0..hosts`.
@@ -466,6 +325,12 @@ pub fn is_running_and_ready(pod: &LeanPod) -> bool {
         && pod.metadata.deletion_timestamp.is_none()
         && pod.ready
 }
+
+mod facts;
+mod loss;
+pub use facts::PodFacts;
+pub(super) use loss::{kubelet_rejected, slice_lost_unheld, terminating};
+use loss::{loss_held, member_lost, node_lost};
 
 #[cfg(test)]
 mod tests;

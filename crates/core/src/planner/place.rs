@@ -110,7 +110,16 @@ impl<'a> Planner<'a> {
                     _ => false,
                 };
             if held_by_us {
-                if self.inventory.slice_lost(slice, self.now, grace).is_none() {
+                let percent = self.tc.spec.failure_policy.mass_node_loss_percent;
+                if super::observe::slice_lost_unheld(
+                    self.inventory,
+                    slice,
+                    self.now,
+                    grace,
+                    percent,
+                )
+                .is_none()
+                {
                     held.push(slice);
                 }
                 continue;

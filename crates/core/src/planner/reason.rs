@@ -11,6 +11,52 @@ pub enum DisruptionKind {
     Preemption,
     /// The operator's own decision (resize, epoch change, repair of an inconsistent group).
     Maintenance,
+    /// A failure a rule said to ignore (`Ignore`): replaced, charged to nothing.
+    Ignored,
+    /// A failure a rule said is fatal (`FailJob`): the run fails at once.
+    Fatal,
+}
+
+impl DisruptionKind {
+    /// As the status's `lastDisruptions[].countedAs` says it.
+    pub fn counted_as(self) -> &'static str {
+        match self {
+            DisruptionKind::Failure => "Failure",
+            DisruptionKind::Preemption => "Preemption",
+            DisruptionKind::Maintenance => "Nothing",
+            DisruptionKind::Ignored => "Ignored",
+            DisruptionKind::Fatal => "Fatal",
+        }
+    }
+}
+
+/// Why a run failed: the Failed condition's reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailCause {
+    /// More restarts or preemptions than the budget allows.
+    Budget,
+    /// A `FailJob` failure rule matched.
+    Rule,
+    /// `spec.activeDeadlineSeconds` passed.
+    Deadline,
+}
+
+impl FailCause {
+    pub fn code(self) -> &'static str {
+        match self {
+            FailCause::Budget => "RestartBudgetExhausted",
+            FailCause::Rule => "FailJobRule",
+            FailCause::Deadline => "DeadlineExceeded",
+        }
+    }
+
+    /// The cause a Failed condition's reason names (an unknown one is the budget's).
+    pub fn of_code(code: &str) -> FailCause {
+        [FailCause::Rule, FailCause::Deadline]
+            .into_iter()
+            .find(|c| c.code() == code)
+            .unwrap_or(FailCause::Budget)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,7 +103,24 @@ pub enum DeleteReason {
     },
     NotEnoughSlices,
     Suspended,
-    BudgetExhausted,
+    /// The run failed (its budget is spent, a `FailJob` rule matched, its deadline passed):
+    /// what still runs is stopped.
+    RunFailed(FailCause),
+    /// The platform disrupted a member (its `DisruptionTarget` condition, or a reason only
+    /// the platform writes: a kubelet's eviction or node shutdown, a preemption, a lost
+    /// node): an infrastructure event, counted as a preemption.
+    Disrupted {
+        pod: String,
+        reason: String,
+        message: String,
+    },
+    /// A failure rule matched the member's failure (`cause`): rule `rule` (its index in
+    /// `failurePolicy.rules`) says what it counts as.
+    Ruled {
+        rule: usize,
+        action: crate::api::RuleAction,
+        cause: Box<DeleteReason>,
+    },
     UnknownGroup {
         group: String,
     },
@@ -124,9 +187,14 @@ impl DeleteReason {
             | DeleteReason::MemberExited { .. }
             | DeleteReason::ContainerRestarted { .. }
             | DeleteReason::ContainerFailed { .. } => DisruptionKind::Failure,
-            DeleteReason::NodeLost { .. } | DeleteReason::MemberDeleted { .. } => {
-                DisruptionKind::Preemption
-            }
+            DeleteReason::NodeLost { .. }
+            | DeleteReason::MemberDeleted { .. }
+            | DeleteReason::Disrupted { .. } => DisruptionKind::Preemption,
+            DeleteReason::Ruled { action, .. } => match action {
+                crate::api::RuleAction::FailJob => DisruptionKind::Fatal,
+                crate::api::RuleAction::Ignore => DisruptionKind::Ignored,
+                crate::api::RuleAction::Count => DisruptionKind::Failure,
+            },
             _ => DisruptionKind::Maintenance,
         }
     }
@@ -160,7 +228,15 @@ impl DeleteReason {
             DeleteReason::ScaledDown { .. } => "ScaledDown",
             DeleteReason::NotEnoughSlices => "NotEnoughSlices",
             DeleteReason::Suspended => "Suspended",
-            DeleteReason::BudgetExhausted => "BudgetExhausted",
+            DeleteReason::RunFailed(FailCause::Budget) => "BudgetExhausted",
+            DeleteReason::RunFailed(FailCause::Rule) => "FailJobRule",
+            DeleteReason::RunFailed(FailCause::Deadline) => "DeadlineExceeded",
+            DeleteReason::Disrupted { .. } => "Disrupted",
+            DeleteReason::Ruled { action, cause, .. } => match action {
+                crate::api::RuleAction::FailJob => "FailJobRule",
+                crate::api::RuleAction::Ignore => "FailureIgnored",
+                crate::api::RuleAction::Count => cause.code(),
+            },
             DeleteReason::UnknownGroup { .. } => "UnknownGroup",
             DeleteReason::BadReplicaIndex => "BadReplicaIndex",
             DeleteReason::TemplateChanged { .. } => "TemplateChanged",
@@ -212,7 +288,39 @@ impl fmt::Display for DeleteReason {
             DeleteReason::ScaledDown { target } => write!(f, "scaled down to {target} slices"),
             DeleteReason::NotEnoughSlices => write!(f, "fewer whole, ready slices than slices.min"),
             DeleteReason::Suspended => write!(f, "spec.suspend is true"),
-            DeleteReason::BudgetExhausted => write!(f, "the failure budget is spent"),
+            DeleteReason::RunFailed(FailCause::Budget) => write!(f, "the failure budget is spent"),
+            DeleteReason::RunFailed(FailCause::Rule) => {
+                write!(f, "a FailJob failure rule matched: the run failed")
+            }
+            DeleteReason::RunFailed(FailCause::Deadline) => {
+                write!(f, "spec.activeDeadlineSeconds has passed: the run failed")
+            }
+            DeleteReason::Disrupted {
+                pod,
+                reason,
+                message,
+            } => {
+                write!(f, "pod {pod} was disrupted by the platform ({reason}")?;
+                if !message.is_empty() {
+                    write!(f, ": {message}")?;
+                }
+                write!(f, "); counted as a preemption")
+            }
+            DeleteReason::Ruled {
+                rule,
+                action,
+                cause,
+            } => {
+                let what = match action {
+                    crate::api::RuleAction::FailJob => "the run fails",
+                    crate::api::RuleAction::Ignore => "replaced, not charged",
+                    crate::api::RuleAction::Count => "counted as a failure",
+                };
+                write!(
+                    f,
+                    "{cause}; failurePolicy.rules[{rule}] ({action:?}) matched: {what}"
+                )
+            }
             DeleteReason::UnknownGroup { group } => {
                 write!(f, "worker group {group:?} is no longer in the spec")
             }

@@ -6,7 +6,7 @@ use jiff::{SignedDuration, Timestamp};
 use super::clock::stamp;
 use super::policy::{self, SizeDecision};
 use super::state::Planner;
-use super::{DeleteReason, EventType};
+use super::{DeleteReason, EventType, FailCause};
 use crate::api::validate::ResolvedGroup;
 use crate::api::{GroupStatus, Phase, TrainClusterSpec};
 
@@ -32,9 +32,13 @@ impl Sizing {
 }
 
 /// Why the whole group stops, if it does (the first that applies).
-pub(super) fn stop_reason(failed: bool, suspended: bool, waiting: bool) -> Option<DeleteReason> {
-    if failed {
-        Some(DeleteReason::BudgetExhausted)
+pub(super) fn stop_reason(
+    failed: Option<FailCause>,
+    suspended: bool,
+    waiting: bool,
+) -> Option<DeleteReason> {
+    if let Some(cause) = failed {
+        Some(DeleteReason::RunFailed(cause))
     } else if suspended {
         Some(DeleteReason::Suspended)
     } else if waiting {
@@ -89,12 +93,12 @@ impl Planner<'_> {
         &mut self,
         group: &ResolvedGroup<'_>,
         memory: &mut GroupStatus,
-        failed: bool,
+        failed: Option<FailCause>,
         hold: bool,
     ) -> Sizing {
         let spec = &self.tc.spec;
         let name = group.name();
-        let decision = decide(spec, group, memory, (failed, hold), self.now);
+        let decision = decide(spec, group, memory, (failed.is_some(), hold), self.now);
         let sizing = Sizing {
             target: decision.target,
             previous_target: memory.desired_slices,
@@ -105,7 +109,7 @@ impl Planner<'_> {
         }
         if sizing.resized() {
             memory.last_resize_time = Some(stamp(self.now));
-            if !failed && !spec.suspend {
+            if failed.is_none() && !spec.suspend {
                 let (target, previous) = (sizing.target, sizing.previous_target);
                 let verb = if previous == 0 {
                     "starting with"
@@ -220,18 +224,15 @@ mod tests {
     #[test]
     fn the_budget_stops_a_group_before_suspend_before_too_few_slices() {
         assert_eq!(
-            stop_reason(true, true, true),
-            Some(DeleteReason::BudgetExhausted)
+            stop_reason(Some(FailCause::Budget), true, true),
+            Some(DeleteReason::RunFailed(FailCause::Budget))
         );
+        assert_eq!(stop_reason(None, true, true), Some(DeleteReason::Suspended));
         assert_eq!(
-            stop_reason(false, true, true),
-            Some(DeleteReason::Suspended)
-        );
-        assert_eq!(
-            stop_reason(false, false, true),
+            stop_reason(None, false, true),
             Some(DeleteReason::NotEnoughSlices)
         );
-        assert_eq!(stop_reason(false, false, false), None);
+        assert_eq!(stop_reason(None, false, false), None);
     }
 
     #[test]
@@ -240,7 +241,7 @@ mod tests {
         let group = scene.group();
         let mut planner = scene.planner();
         let mut mem = memory(2, 3);
-        let sizing = planner.size_group(&group, &mut mem, false, false);
+        let sizing = planner.size_group(&group, &mut mem, None, false);
         assert_eq!(
             sizing,
             Sizing {
@@ -259,7 +260,7 @@ mod tests {
         // Unchanged next time: no event, no new resize time.
         let mut planner = scene.planner();
         mem.last_resize_time = None;
-        assert!(!planner.size_group(&group, &mut mem, false, false).resized());
+        assert!(!planner.size_group(&group, &mut mem, None, false).resized());
         assert!(planner.plan.events.is_empty() && mem.last_resize_time.is_none());
     }
 
@@ -270,7 +271,7 @@ mod tests {
         let mut planner = scene.planner();
         assert!(
             planner
-                .size_group(&group, &mut memory(1, 0), false, false)
+                .size_group(&group, &mut memory(1, 0), None, false)
                 .waiting()
         );
         assert_eq!(planner.plan.events[0].reason, "WaitingForSlices");
@@ -286,7 +287,7 @@ mod tests {
         let mut planner = scene.planner();
         assert!(
             planner
-                .size_group(&group, &mut memory(1, 0), false, false)
+                .size_group(&group, &mut memory(1, 0), None, false)
                 .waiting()
         );
         assert!(planner.plan.events.is_empty(), "already waiting");
@@ -299,7 +300,7 @@ mod tests {
         let mut planner = scene.planner();
         let mut mem = memory(4, 2);
         mem.last_resize_time = Some(Time(scene.world.now));
-        assert_eq!(planner.size_group(&group, &mut mem, false, false).target, 2);
+        assert_eq!(planner.size_group(&group, &mut mem, None, false).target, 2);
         assert_eq!(
             planner.wake,
             Some(scene.world.now + SignedDuration::from_secs(60))

@@ -41,4 +41,8 @@ pub(super) struct Planner<'a> {
     pub(super) rejections: Vec<KubeletRejection>,
     /// Each group's spares, kept at what is wanted once every group has been placed.
     pub(super) spare_refills: Vec<Refill<'a>>,
+    /// When the run started (`status.startTime`); none while suspended.
+    pub(super) start_time: Option<Timestamp>,
+    /// Replicas whose node loss the brake on mass node loss holds, described.
+    pub(super) held: Vec<String>,
 }

@@ -2,7 +2,9 @@
 
 use jiff::Timestamp;
 
+use super::budget::RunFailure;
 use super::clock::stamp;
+use super::reason::FailCause;
 use crate::api::{
     CONDITION_FAILED, CONDITION_READY, CONDITION_SLICES_AVAILABLE, CONDITION_VALID, Condition,
     GroupStatus, Phase, TrainCluster, TrainClusterStatus,
@@ -12,7 +14,7 @@ pub(super) struct GroupView<'a> {
     pub status: &'a GroupStatus,
     pub waiting: bool,
     pub restarting: bool,
-    pub exhausted: Option<&'a str>,
+    pub exhausted: Option<&'a RunFailure>,
     pub min: u32,
 }
 
@@ -20,7 +22,7 @@ pub(super) fn cluster_status(
     tc: &TrainCluster,
     previous: &TrainClusterStatus,
     groups: &[GroupView<'_>],
-    head_exhausted: Option<&str>,
+    run_failure: Option<&RunFailure>,
     now: Timestamp,
 ) -> TrainClusterStatus {
     let generation = tc.metadata.generation;
@@ -35,6 +37,7 @@ pub(super) fn cluster_status(
         preemptions: sum(|g| g.preemptions),
         updated_slices: sum(|g| g.updated_slices),
         completion_time: None,
+        start_time: previous.start_time.clone(),
         create_failures: previous.create_failures,
         create_retry_after: previous.create_retry_after.clone(),
         spare_retry_after: previous.spare_retry_after.clone(),
@@ -44,10 +47,9 @@ pub(super) fn cluster_status(
         groups: groups.iter().map(|g| g.status.clone()).collect(),
         head: None,
     };
-    let exhausted: Vec<&str> = groups
-        .iter()
-        .filter_map(|g| g.exhausted)
-        .chain(head_exhausted)
+    let exhausted: Vec<&RunFailure> = run_failure
+        .into_iter()
+        .chain(groups.iter().filter_map(|g| g.exhausted))
         .collect();
     status.phase = phase(tc, groups, &status, !exhausted.is_empty());
     set_conditions(&mut status, groups, &exhausted, generation, now);
@@ -85,7 +87,7 @@ fn phase(
 fn set_conditions(
     status: &mut TrainClusterStatus,
     groups: &[GroupView<'_>],
-    exhausted: &[&str],
+    exhausted: &[&RunFailure],
     generation: Option<i64>,
     now: Timestamp,
 ) {
@@ -144,20 +146,27 @@ fn set_conditions(
         generation,
         now,
     );
-    let failed = !exhausted.is_empty();
+    let failed = exhausted.first().map(|f| f.cause);
     set_condition(
         status,
         CONDITION_FAILED,
-        failed,
-        if failed {
-            "RestartBudgetExhausted"
-        } else {
-            "WithinBudget"
-        },
-        &exhausted.join("; "),
+        failed.is_some(),
+        failed.map_or("WithinBudget", FailCause::code),
+        &failure_message(exhausted),
         generation,
         now,
     );
+}
+
+/// The failures' messages, each once (a failure of the whole run reaches every group).
+pub(super) fn failure_message(failures: &[&RunFailure]) -> String {
+    let mut messages: Vec<&str> = Vec::new();
+    for f in failures {
+        if !messages.contains(&f.message.as_str()) {
+            messages.push(&f.message);
+        }
+    }
+    messages.join("; ")
 }
 
 fn phase_reason(phase: Phase) -> &'static str {
@@ -276,8 +285,9 @@ mod tests {
             ..view(&ready)
         };
         assert_eq!(phase_for(&[suspended], true), Phase::Suspended);
+        let failure = RunFailure::new(FailCause::Budget, "spent".into());
         let spent = GroupView {
-            exhausted: Some("spent"),
+            exhausted: Some(&failure),
             ..view(&ready)
         };
         assert_eq!(phase_for(&[spent], true), Phase::Failed);
@@ -288,8 +298,9 @@ mod tests {
         let tc = train_cluster(Membership::Independent, 2, 2);
         let mut short = group(1, 1, 1);
         short.available_slices = 1;
+        let failure = RunFailure::new(FailCause::Budget, "group workers: spent".into());
         let spent = GroupView {
-            exhausted: Some("group workers: spent"),
+            exhausted: Some(&failure),
             min: 2,
             ..view(&short)
         };

@@ -23,7 +23,7 @@ fn plan_workers(scene: &Scene) -> (GroupSummary, crate::planner::Plan, Option<ji
     let facts = scene.facts();
     let mut planner = scene.planner();
     let memory = scene.previous.groups[0].clone();
-    let summary = planner.plan_group(&group, &facts, memory, false);
+    let summary = planner.plan_group(&group, &facts, memory, None);
     (summary, planner.plan, planner.wake)
 }
 
@@ -145,8 +145,12 @@ fn a_failed_group_stops_and_says_why() {
     let facts = scene.facts();
     let mut planner = scene.planner();
     let memory = scene.previous.groups[0].clone();
-    let summary = planner.plan_group(&group, &facts, memory, true);
-    assert!(summary.exhausted.unwrap().contains("edit the spec"));
+    let spent = crate::planner::RunFailure {
+        cause: crate::planner::FailCause::Budget,
+        message: "group workers: spent; edit the spec to start over".into(),
+    };
+    let summary = planner.plan_group(&group, &facts, memory, Some(&spent));
+    assert!(summary.exhausted.unwrap().message.contains("edit the spec"));
     assert_eq!(summary.status.desired_slices, 0);
     let reasons: Vec<_> = planner
         .plan

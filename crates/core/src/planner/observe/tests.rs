@@ -32,6 +32,8 @@ fn observe(scene: &Scene) -> (BTreeMap<u32, ObservedReplica<'_>>, Vec<&LeanPod>)
         owner_uid: "uid-demo",
         group: "workers",
         placement_timeout: None,
+        rules: &[],
+        mass_loss_percent: 55,
     };
     replicas(&facts, &judging, &scene.inventory)
 }
@@ -207,7 +209,7 @@ fn a_member_that_exited_or_restarted_breaks_its_group_and_a_deletion_is_named_fi
     let fine = lean_pod("fine");
     let reason = |pods: &[&LeanPod]| {
         let facts: Vec<_> = pods.iter().map(|p| facts_of(p, Some(0))).collect();
-        member_lost(&facts, false)
+        member_lost(&facts, false, &[])
     };
     assert_eq!(reason(&[&fine]), None);
     assert_eq!(
@@ -256,7 +258,7 @@ fn with_success_by_workers_a_member_that_exited_0_is_done_not_lost() {
     exited.phase = Some("Succeeded".into());
     let fine = lean_pod("fine");
     let facts = [facts_of(&exited, Some(0)), facts_of(&fine, Some(1))];
-    assert_eq!(member_lost(&facts, true), None);
+    assert_eq!(member_lost(&facts, true, &[]), None);
     assert!(!completed(&facts, 2), "one host still runs");
     let mut also = lean_pod("also");
     also.phase = Some("Succeeded".into());

@@ -300,7 +300,7 @@ fn a_failed_head_backs_off_is_charged_and_spends_the_budget() {
     assert!(
         plan.delete
             .iter()
-            .any(|d| d.reason == DeleteReason::BudgetExhausted),
+            .any(|d| d.reason == DeleteReason::RunFailed(FailCause::Budget)),
         "workers stop"
     );
     world.now += secs(100);

@@ -1,0 +1,125 @@
+//! The brake on mass node loss, as `kubectl describe` tells it: while many TPU nodes of a
+//! zone are NotReady at once, the groups on them are kept (`Verdict::Held`), the
+//! `NodeLossHeld` condition says which and why, and an event marks when the brake engages
+//! and when it lets go.
+
+use std::collections::BTreeMap;
+
+use super::observe::{ObservedReplica, Verdict};
+use super::state::Planner;
+use super::status::set_condition;
+use super::{EventType, Plan};
+use crate::api::{CONDITION_NODE_LOSS_HELD, TrainClusterStatus};
+use crate::inventory::Inventory;
+
+/// How many held groups the condition names.
+const HELD_LISTED: usize = 4;
+
+impl<'a> Planner<'a> {
+    /// Remember the group's replicas whose node loss the brake holds.
+    pub(super) fn note_held(&mut self, group: &str, observed: &BTreeMap<u32, ObservedReplica<'a>>) {
+        for replica in observed.values() {
+            if let Verdict::Held { detail } = &replica.verdict {
+                self.held.push(format!(
+                    "group {group} replica {}: {detail}",
+                    replica.replica
+                ));
+            }
+        }
+    }
+}
+
+/// Set `NodeLossHeld` on the status from the groups held this plan, with an event when the
+/// brake engages or lets go. A status that never had the condition gets none while nothing
+/// is held.
+pub(super) fn report(
+    plan: &mut Plan,
+    held: &[String],
+    previous: &TrainClusterStatus,
+    inventory: &Inventory,
+    percent: u32,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) {
+    let was_held = previous
+        .conditions
+        .iter()
+        .any(|c| c.type_ == CONDITION_NODE_LOSS_HELD && c.status == "True");
+    let status = &mut plan.status;
+    let known = status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == CONDITION_NODE_LOSS_HELD);
+    if held.is_empty() {
+        if known {
+            set_condition(
+                status,
+                CONDITION_NODE_LOSS_HELD,
+                false,
+                "NodesHealthy",
+                "",
+                generation,
+                now,
+            );
+        }
+        if was_held {
+            plan.events.push(super::PlannedEvent {
+                type_: EventType::Normal,
+                reason: "NodeLossReleased",
+                note:
+                    "the mass of NotReady TPU nodes is over: node loss is judged node by node again"
+                        .into(),
+                after: None,
+            });
+        }
+        return;
+    }
+    let message = held_message(held, inventory, percent);
+    set_condition(
+        status,
+        CONDITION_NODE_LOSS_HELD,
+        true,
+        "MassNodeLoss",
+        &message,
+        generation,
+        now,
+    );
+    if !was_held {
+        plan.events.push(super::PlannedEvent {
+            type_: EventType::Warning,
+            reason: "MassNodeLoss",
+            note: message,
+            after: None,
+        });
+    }
+}
+
+/// Which zones are in trouble and which groups are kept on their NotReady nodes.
+fn held_message(held: &[String], inventory: &Inventory, percent: u32) -> String {
+    let zones: Vec<String> = inventory
+        .zones()
+        .iter()
+        .filter(|(_, z)| z.mass_loss(percent))
+        .map(|(name, z)| {
+            let name = if name.is_empty() {
+                "(no zone label)"
+            } else {
+                name
+            };
+            format!("{name}: {} of {} TPU nodes NotReady", z.not_ready, z.nodes)
+        })
+        .collect();
+    let mut listed: Vec<&str> = held.iter().take(HELD_LISTED).map(String::as_str).collect();
+    let more = held.len().saturating_sub(HELD_LISTED);
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    listed.sort_unstable();
+    format!(
+        "at least failurePolicy.massNodeLossPercent ({percent}%) of the TPU nodes of a zone are NotReady at once ({}): taken for a control-plane or network fault, so node-loss deletions are held; kept: {}{more}",
+        zones.join(", "),
+        listed.join("; ")
+    )
+}
