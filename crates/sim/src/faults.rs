@@ -75,21 +75,31 @@ pub fn complete_status_patch(pod: &Pod) -> serde_json::Value {
 }
 
 /// Every container terminated with `exit_code`: phase Failed, or Succeeded for exit 0.
-fn terminated_status_patch(pod: &Pod, exit_code: i32) -> serde_json::Value {
+pub(crate) fn terminated_status_patch(pod: &Pod, exit_code: i32) -> serde_json::Value {
     let (phase, reason) = match exit_code {
         0 => ("Succeeded", "Completed"),
         _ => ("Failed", "Error"),
     };
     let now = now_rfc3339();
     let uid = pod.metadata.uid.clone().unwrap_or_default();
-    let names: Vec<(String, String, i32)> = match pod
+    // A container that ran keeps its start time and id in its terminated state, as a
+    // kubelet writes them (a terminated state without them is one that never started).
+    let names: Vec<(String, String, i32, Option<String>)> = match pod
         .status
         .as_ref()
         .and_then(|s| s.container_statuses.as_ref())
     {
         Some(cs) if !cs.is_empty() => cs
             .iter()
-            .map(|c| (c.name.clone(), c.image.clone(), c.restart_count))
+            .map(|c| {
+                let started = c
+                    .state
+                    .as_ref()
+                    .and_then(|s| s.running.as_ref())
+                    .and_then(|r| r.started_at.as_ref())
+                    .map(|t| t.0.to_string());
+                (c.name.clone(), c.image.clone(), c.restart_count, started)
+            })
             .collect(),
         _ => pod
             .spec
@@ -97,23 +107,30 @@ fn terminated_status_patch(pod: &Pod, exit_code: i32) -> serde_json::Value {
             .map(|s| {
                 s.containers
                     .iter()
-                    .map(|c| (c.name.clone(), c.image.clone().unwrap_or_default(), 0))
+                    .map(|c| (c.name.clone(), c.image.clone().unwrap_or_default(), 0, None))
                     .collect()
             })
             .unwrap_or_default(),
     };
     let statuses: Vec<serde_json::Value> = names
         .into_iter()
-        .map(|(name, image, restarts)| {
+        .map(|(name, image, restarts, started)| {
+            let id = format!("sim://{uid}/{name}");
+            let mut terminated =
+                json!({"exitCode": exit_code, "reason": reason, "finishedAt": now});
+            if let Some(started) = started {
+                terminated["startedAt"] = json!(started);
+                terminated["containerID"] = json!(id);
+            }
             json!({
                 "name": name,
                 "image": image,
                 "imageID": "",
-                "containerID": format!("sim://{uid}/{name}"),
+                "containerID": id,
                 "ready": false,
                 "started": false,
                 "restartCount": restarts,
-                "state": {"terminated": {"exitCode": exit_code, "reason": reason, "finishedAt": now}},
+                "state": {"terminated": terminated},
             })
         })
         .collect();
@@ -154,7 +171,7 @@ pub async fn crash_container(
 
 /// The pod's conditions with Ready and ContainersReady False for `reason`; the others kept as
 /// they are (a merge patch replaces the list whole).
-fn not_ready_conditions(pod: &Pod, reason: &str, now: &str) -> Vec<serde_json::Value> {
+pub(crate) fn not_ready_conditions(pod: &Pod, reason: &str, now: &str) -> Vec<serde_json::Value> {
     let mut conditions: Vec<serde_json::Value> = pod
         .status
         .as_ref()

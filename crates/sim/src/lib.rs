@@ -56,6 +56,7 @@ mod fake_kubelet_mode;
 pub mod faults;
 pub mod kubelet;
 pub mod nodes;
+pub mod platform_faults;
 pub mod scenario;
 pub mod sched;
 pub mod simulate;

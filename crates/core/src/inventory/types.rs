@@ -206,10 +206,14 @@ impl Inventory {
         self.zones = zones;
     }
 
-    /// The loss of these nodes is held by the brake: each NotReady one (and there is one) is
-    /// in a zone where NotReady nodes are a mass (see [`ZoneCount::mass_loss`]). Nodes gone,
-    /// being deleted or marked for termination are never held.
-    pub fn loss_held<'n>(&self, nodes: impl IntoIterator<Item = &'n str>, percent: u32) -> bool {
+    /// The loss of these nodes may be held: each NotReady one (and there is one) is in a
+    /// zone `zone_held` accepts (see [`ZoneCount::mass_loss`]). Nodes gone, being deleted or
+    /// marked for termination are never held.
+    pub fn loss_held<'n>(
+        &self,
+        nodes: impl IntoIterator<Item = &'n str>,
+        zone_held: impl Fn(&ZoneCount) -> bool,
+    ) -> bool {
         let mut any = false;
         for name in nodes {
             match self.nodes.get(name) {
@@ -217,10 +221,7 @@ impl Inventory {
                 Some(n) => match n.health {
                     NodeHealth::Terminating { .. } => return false,
                     NodeHealth::NotReady { .. } => {
-                        let held = self
-                            .zones
-                            .get(&n.zone)
-                            .is_some_and(|z| z.mass_loss(percent));
+                        let held = self.zones.get(&n.zone).is_some_and(&zone_held);
                         if !held {
                             return false;
                         }

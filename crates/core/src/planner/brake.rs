@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::observe::{ObservedReplica, Verdict};
+use super::observe::{Brake, Hold, ObservedReplica, Verdict};
 use super::state::Planner;
 use super::status::set_condition;
 use super::{EventType, Plan};
@@ -16,14 +16,44 @@ use crate::inventory::Inventory;
 const HELD_LISTED: usize = 4;
 
 impl<'a> Planner<'a> {
-    /// Remember the group's replicas whose node loss the brake holds.
+    /// The brake as this plan sees it: when it last let go comes from the `NodeLossHeld`
+    /// condition (now, if it held in the last status: if the mass is still there, that
+    /// moment does not matter).
+    pub(super) fn brake(&self, grace: jiff::SignedDuration) -> Brake {
+        let condition = self
+            .previous
+            .conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION_NODE_LOSS_HELD);
+        let released = condition.map(|c| match c.status.as_str() {
+            "True" => self.now,
+            _ => c.last_transition_time.0,
+        });
+        Brake {
+            percent: self.tc.spec.failure_policy.mass_node_loss_percent,
+            released,
+            grace,
+            now: self.now,
+        }
+    }
+
+    /// Remember the group's replicas whose node loss the brake holds in a mass loss; look
+    /// again when the grace after a release ends.
     pub(super) fn note_held(&mut self, group: &str, observed: &BTreeMap<u32, ObservedReplica<'a>>) {
         for replica in observed.values() {
-            if let Verdict::Held { detail } = &replica.verdict {
-                self.held.push(format!(
+            match &replica.verdict {
+                Verdict::Held {
+                    detail,
+                    hold: Hold::Mass,
+                } => self.held.push(format!(
                     "group {group} replica {}: {detail}",
                     replica.replica
-                ));
+                )),
+                Verdict::Held {
+                    hold: Hold::AfterRelease(end),
+                    ..
+                } => self.wake_at(*end),
+                _ => {}
             }
         }
     }

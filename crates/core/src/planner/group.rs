@@ -201,7 +201,7 @@ impl<'a> Planner<'a> {
             group: group.name(),
             placement_timeout: self.placement_timeout(group),
             rules: &self.tc.spec.failure_policy.rules,
-            mass_loss_percent: self.tc.spec.failure_policy.mass_node_loss_percent,
+            brake: self.brake(grace),
         };
         let (observed, strays) = observe::replicas(pods, &judging, self.inventory);
         self.avoid_unschedulable(&observed, &memory.retiring_incarnations);

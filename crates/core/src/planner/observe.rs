@@ -29,8 +29,9 @@ pub enum Verdict {
     /// Created moments ago and not all members visible yet: wait until `until`.
     Settling { until: Timestamp },
     /// Its nodes are NotReady past the grace, but so are many others of their zone at once
-    /// (`failurePolicy.massNodeLossPercent`): the brake on mass node loss keeps it.
-    Held { detail: String },
+    /// (`failurePolicy.massNodeLossPercent`), or were until moments ago: the brake on mass
+    /// node loss keeps it.
+    Held { detail: String, hold: Hold },
     /// Must be deleted whole.
     Broken(DeleteReason),
 }
@@ -75,8 +76,8 @@ pub struct Judging<'a> {
     pub placement_timeout: Option<SignedDuration>,
     /// `failurePolicy.rules`: what a failed or disrupted member counts as.
     pub rules: &'a [crate::api::FailureRule],
-    /// `failurePolicy.massNodeLossPercent`: the brake on mass node loss.
-    pub mass_loss_percent: u32,
+    /// The brake on mass node loss.
+    pub brake: Brake,
 }
 
 /// Group this worker group's pods by replica index. Pods whose replica index label is
@@ -204,10 +205,11 @@ fn verdict(
         None
     };
     if let Some(reason) = &node_loss
-        && loss_held(facts, pinned, inventory, judging.mass_loss_percent)
+        && let Some(hold) = loss_hold(facts, pinned, inventory, &judging.brake)
     {
         return Verdict::Held {
             detail: reason.to_string(),
+            hold,
         };
     }
     let problem = node_loss
@@ -329,8 +331,9 @@ pub fn is_running_and_ready(pod: &LeanPod) -> bool {
 mod facts;
 mod loss;
 pub use facts::PodFacts;
+pub use loss::{Brake, Hold};
 pub(super) use loss::{kubelet_rejected, slice_lost_unheld, terminating};
-use loss::{loss_held, member_lost, node_lost};
+use loss::{loss_hold, member_lost, node_lost};
 
 #[cfg(test)]
 mod tests;

@@ -110,16 +110,8 @@ impl<'a> Planner<'a> {
                     _ => false,
                 };
             if held_by_us {
-                let percent = self.tc.spec.failure_policy.mass_node_loss_percent;
-                if super::observe::slice_lost_unheld(
-                    self.inventory,
-                    slice,
-                    self.now,
-                    grace,
-                    percent,
-                )
-                .is_none()
-                {
+                let brake = self.brake(grace);
+                if super::observe::slice_lost_unheld(self.inventory, slice, &brake).is_none() {
                     held.push(slice);
                 }
                 continue;

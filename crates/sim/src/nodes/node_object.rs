@@ -12,13 +12,17 @@ use super::pool_spec::NodePoolSpec;
 use crate::clock::now_rfc3339;
 use crate::error::SimError;
 use slice_core::constants::{
-    NODE_LABEL_ACCELERATOR, NODE_LABEL_NODEPOOL, NODE_LABEL_TOPOLOGY, TPU_RESOURCE,
+    NODE_LABEL_ACCELERATOR, NODE_LABEL_NODEPOOL, NODE_LABEL_TOPOLOGY, NODE_LABEL_ZONE, TPU_RESOURCE,
 };
 
 /// Labels of host `host` of the pool.
 pub fn node_labels(spec: &NodePoolSpec, host: u32) -> BTreeMap<String, String> {
     let name = format!("{}-{host}", spec.name);
-    BTreeMap::from([
+    let zone = spec
+        .zone
+        .as_ref()
+        .map(|z| (NODE_LABEL_ZONE.to_string(), z.clone()));
+    let mut labels = BTreeMap::from([
         (NODE_LABEL_ACCELERATOR.to_string(), spec.accelerator.clone()),
         (NODE_LABEL_TOPOLOGY.to_string(), spec.topology.clone()),
         (NODE_LABEL_NODEPOOL.to_string(), spec.name.clone()),
@@ -26,7 +30,9 @@ pub fn node_labels(spec: &NodePoolSpec, host: u32) -> BTreeMap<String, String> {
         ("kubernetes.io/os".to_string(), "linux".to_string()),
         ("kubernetes.io/arch".to_string(), "amd64".to_string()),
         (SIM_NODE_LABEL.to_string(), "true".to_string()),
-    ])
+    ]);
+    labels.extend(zone);
+    labels
 }
 
 /// Fake InternalIP of a node: stable for a pool name and host index.

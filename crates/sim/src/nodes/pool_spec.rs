@@ -20,6 +20,9 @@ pub struct NodePoolSpec {
     /// Number of hosts (nodes); derived from topology / chips per host when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hosts: Option<u32>,
+    /// `topology.kubernetes.io/zone` of its nodes (none when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
 }
 
 /// Chips in a topology string (`4x4` = 16, `2x2x4` = 16); `None` when malformed.
@@ -52,6 +55,7 @@ impl NodePoolSpec {
             topology: topology.into(),
             chips_per_host: None,
             hosts: None,
+            zone: None,
         }
     }
 

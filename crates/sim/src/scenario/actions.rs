@@ -10,7 +10,9 @@ use super::pod_ref::{PodRef, resolve_pod};
 use super::train_clusters::{apply_train_cluster, patch_train_cluster};
 use crate::error::SimError;
 use crate::faults;
+use crate::kubelet::FakeKubelet;
 use crate::nodes::{self, NodePoolSpec};
+use crate::platform_faults;
 
 /// Applies one action. `pools` are the pools known so far by name (`addSlices` adds to
 /// them, `restoreSlice` recreates from them); `progress` receives notes such as the pod a
@@ -20,6 +22,7 @@ pub async fn apply_action(
     scenario: &Scenario,
     pools: &mut BTreeMap<String, NodePoolSpec>,
     action: &Action,
+    kubelet: Option<&FakeKubelet>,
     mut progress: impl FnMut(String),
 ) -> Result<(), SimError> {
     let ns = scenario.namespace.as_str();
@@ -67,6 +70,35 @@ pub async fn apply_action(
         Action::EvictPod { pod } => {
             let (n, name) = target_pod(client, pod, ns, &mut progress).await?;
             faults::evict_pod(client, &n, &name).await?;
+        }
+        Action::ShutDownSlice { pool } => {
+            let ended = platform_faults::shut_down_pool_pods(client, pool).await?;
+            progress(format!("{ended} pod(s) terminated by node shutdown"));
+            let timing = scenario.preemption_timing(None, None);
+            nodes::preempt_pool(client, pool, timing, |phase| progress(format!("{phase:?}")))
+                .await?;
+        }
+        Action::PressureEvictPod { pod } => {
+            let (n, name) = target_pod(client, pod, ns, &mut progress).await?;
+            platform_faults::pressure_evict(client, &n, &name).await?;
+        }
+        Action::RefuseAdmission { node, reason } => {
+            let kubelet = kubelet.ok_or_else(|| {
+                SimError::Invalid("refuseAdmission needs the scenario's own fake kubelet".into())
+            })?;
+            kubelet.refuse_admission(node, reason, "refused by the scenario (simulated)", 1);
+        }
+        Action::ZoneNotReady { zone } => {
+            let n = platform_faults::set_zone_ready(client, zone, false).await?;
+            progress(format!("{n} node(s) NotReady"));
+        }
+        Action::ZoneReady { zone } => {
+            let n = platform_faults::set_zone_ready(client, zone, true).await?;
+            progress(format!("{n} node(s) Ready"));
+        }
+        Action::CompleteWorkers { cluster } => {
+            let n = platform_faults::complete_workers(client, ns, cluster).await?;
+            progress(format!("{n} worker(s) exited 0"));
         }
         Action::NodeNotReady { node } => nodes::set_node_ready(client, node, false).await?,
         Action::NodeReady { node } => nodes::set_node_ready(client, node, true).await?,

@@ -69,11 +69,14 @@ pub struct PreemptionSettings {
     pub removal: Option<SimDuration>,
 }
 
-/// One timeline step: when (`at` an offset from the timeline's start, and/or `after` a
-/// condition holds; neither = right after the previous step) and what.
+/// One timeline step: when (`delay` after the previous step, `at` an offset from the
+/// timeline's start, and/or `after` a condition holds; none = right after the previous
+/// step) and what.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Step {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay: Option<SimDuration>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at: Option<SimDuration>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -154,6 +157,38 @@ pub enum Action {
     EvictPod {
         pod: PodRef,
     },
+    /// The kubelets of a pool shut down gracefully (GKE maintenance, a host error): each
+    /// running pod is ended as the kubelet's node-shutdown manager ends it (`Failed`,
+    /// reason `Terminated`, condition `DisruptionTarget`) before any taint reaches the
+    /// nodes; then the pool is preempted in GKE's order.
+    ShutDownSlice {
+        pool: String,
+    },
+    /// A kubelet evicts a pod under node pressure (`Failed`, reason `Evicted`, condition
+    /// `DisruptionTarget`).
+    PressureEvictPod {
+        pod: PodRef,
+    },
+    /// The kubelet of `node` refuses the next pod it would admit with `reason` (e.g.
+    /// `UnexpectedAdmissionError`: its device plugin cannot allocate the pod's chips).
+    RefuseAdmission {
+        node: String,
+        #[serde(default = "default_refusal")]
+        reason: String,
+    },
+    /// Every node of a zone (`topology.kubernetes.io/zone`) stops posting status at once,
+    /// as when the control plane loses its kubelets (Ready `Unknown`, `unreachable` taints).
+    ZoneNotReady {
+        zone: String,
+    },
+    /// Every node of a zone is Ready again.
+    ZoneReady {
+        zone: String,
+    },
+    /// Every running worker pod of a TrainCluster exits 0: the run is done.
+    CompleteWorkers {
+        cluster: String,
+    },
     NodeNotReady {
         node: String,
     },
@@ -189,6 +224,10 @@ fn default_exit_code() -> i32 {
     1
 }
 
+fn default_refusal() -> String {
+    crate::kubelet::UNEXPECTED_ADMISSION_REASON.to_string()
+}
+
 impl Action {
     /// One-line description for progress output.
     pub fn describe(&self) -> String {
@@ -211,6 +250,12 @@ impl Action {
             }
             Action::DeletePod { pod, .. } => format!("deletePod {}", pod.describe()),
             Action::EvictPod { pod } => format!("evictPod {}", pod.describe()),
+            Action::ShutDownSlice { pool } => format!("shutDownSlice {pool}"),
+            Action::PressureEvictPod { pod } => format!("pressureEvictPod {}", pod.describe()),
+            Action::RefuseAdmission { node, reason } => format!("refuseAdmission {node} {reason}"),
+            Action::ZoneNotReady { zone } => format!("zoneNotReady {zone}"),
+            Action::ZoneReady { zone } => format!("zoneReady {zone}"),
+            Action::CompleteWorkers { cluster } => format!("completeWorkers {cluster}"),
             Action::NodeNotReady { node } => format!("nodeNotReady {node}"),
             Action::NodeReady { node } => format!("nodeReady {node}"),
             Action::CordonNode { node } => format!("cordonNode {node}"),
@@ -325,7 +370,9 @@ fn validate_step(i: usize, step: &Step, pools: &mut BTreeSet<String>) -> Result<
                 pools.insert(p.name.clone());
             }
         }
-        Action::PreemptSlice { pool, .. } | Action::RestoreSlice { pool }
+        Action::PreemptSlice { pool, .. }
+        | Action::RestoreSlice { pool }
+        | Action::ShutDownSlice { pool }
             if !pools.contains(pool) =>
         {
             return Err(SimError::Invalid(format!(

@@ -42,6 +42,7 @@ pub async fn run_timeline(
     client: &Client,
     scenario: &Scenario,
     options: &TimelineOptions,
+    kubelet: Option<&FakeKubelet>,
     mut on_step: impl FnMut(StepReport),
 ) -> Result<(), SimError> {
     let start = Instant::now();
@@ -61,7 +62,7 @@ pub async fn run_timeline(
             status,
         };
         on_step(report(StepStatus::Started));
-        let res = apply_action(client, scenario, &mut pools, &step.action, |p| {
+        let res = apply_action(client, scenario, &mut pools, &step.action, kubelet, |p| {
             on_step(report(StepStatus::Progress(p)))
         })
         .await;
@@ -71,7 +72,8 @@ pub async fn run_timeline(
     Ok(())
 }
 
-/// Waits until the step's `at` offset from `start`, then until its `after` holds.
+/// Waits the step's `delay`, then until its `at` offset from `start`, then until its
+/// `after` holds.
 async fn wait_for_step(
     client: &Client,
     scenario: &Scenario,
@@ -80,6 +82,9 @@ async fn wait_for_step(
     start: Instant,
     context: impl Fn() -> String,
 ) -> Result<(), SimError> {
+    if let Some(delay) = step.delay {
+        tokio::time::sleep(delay.0).await;
+    }
     if let Some(at) = step.at {
         tokio::time::sleep_until(start + at.0).await;
     }
@@ -143,7 +148,7 @@ pub async fn run_scenario(
         for m in &scenario.train_clusters {
             apply_train_cluster(client, m, &scenario.namespace).await?;
         }
-        run_timeline(client, scenario, options, on_step).await
+        run_timeline(client, scenario, options, Some(&kubelet), on_step).await
     }
     .await;
     kubelet.stop().await;

@@ -256,8 +256,10 @@ async fn run_once(scenario: &Scenario, settle_timeout: Duration, out: Out) -> an
         let list = api.list(&Default::default()).await?.items;
         let settled = list.iter().all(|tc| {
             tc.status.as_ref().is_some_and(|s| {
-                !matches!(s.phase, Phase::Pending | Phase::Restarting)
-                    && s.ready_slices == s.desired_slices
+                let finished = matches!(s.phase, Phase::Succeeded | Phase::Failed);
+                finished
+                    || (!matches!(s.phase, Phase::Pending | Phase::Restarting)
+                        && s.ready_slices == s.desired_slices)
             })
         }) && tracker.lock().expect("tracker lock").undisrupted();
         if settled || Instant::now() >= deadline {

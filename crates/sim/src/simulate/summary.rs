@@ -97,6 +97,7 @@ pub fn render_summary(name: &str, s: &Summary) -> String {
             status.preemptions,
             spares_note(status),
         );
+        text += &disruptions_of(status);
     }
     let deleted: Vec<String> = s
         .groups_deleted
@@ -128,6 +129,23 @@ pub fn render_summary(name: &str, s: &Summary) -> String {
         }
     }
     text += &render_goodput(s);
+    text
+}
+
+/// Each group's disruptions as the status remembers them (the last few): when, why, and
+/// what each was counted as.
+fn disruptions_of(status: &TrainClusterStatus) -> String {
+    let mut text = String::new();
+    for g in status
+        .groups
+        .iter()
+        .filter(|g| !g.last_disruptions.is_empty())
+    {
+        text += &format!("    group {} disruptions (reason: counted as):\n", g.name);
+        for d in &g.last_disruptions {
+            text += &format!("      {}: {}  {}\n", d.reason, d.counted_as, d.message);
+        }
+    }
     text
 }
 

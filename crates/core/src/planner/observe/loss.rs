@@ -41,40 +41,90 @@ pub(super) fn node_lost(
     }
 }
 
+/// The brake on mass node loss, as one plan sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct Brake {
+    /// `failurePolicy.massNodeLossPercent` (0: off).
+    pub percent: u32,
+    /// When the brake last let go, if it did: a node still NotReady then gets a new grace
+    /// from that moment (a zone comes back one node at a time, and the last ones must not
+    /// be taken for lost the moment the share falls below the threshold).
+    pub released: Option<Timestamp>,
+    pub grace: SignedDuration,
+    pub now: Timestamp,
+}
+
+/// Why the brake keeps a group whose nodes are lost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hold {
+    /// Its NotReady nodes' zones are in mass loss.
+    Mass,
+    /// The brake let go moments ago; the grace it gives ends then.
+    AfterRelease(Timestamp),
+}
+
+impl Brake {
+    /// When the grace after the brake's release ends, if it has not yet.
+    fn release_grace_end(&self) -> Option<Timestamp> {
+        let end = self.released?.saturating_add(self.grace).ok()?;
+        (end > self.now).then_some(end)
+    }
+
+    /// Whether (and why) the brake holds the loss of these nodes (their slice's hosts all
+    /// there, if `complete`): only NotReady ones, and each in a zone in mass loss, or the
+    /// brake let go less than a grace ago.
+    fn holds<'n>(
+        &self,
+        inventory: &Inventory,
+        nodes: impl IntoIterator<Item = &'n str> + Clone,
+        complete: bool,
+    ) -> Option<Hold> {
+        if !complete {
+            return None;
+        }
+        if inventory.loss_held(nodes.clone(), |z| z.mass_loss(self.percent)) {
+            return Some(Hold::Mass);
+        }
+        let end = self.release_grace_end()?;
+        inventory
+            .loss_held(nodes, |_| true)
+            .then_some(Hold::AfterRelease(end))
+    }
+}
+
 /// Why a slice a group holds is lost, unless the brake on mass node loss holds the loss.
 pub(crate) fn slice_lost_unheld(
     inventory: &Inventory,
     slice: &Slice,
-    now: Timestamp,
-    grace: SignedDuration,
-    percent: u32,
+    brake: &Brake,
 ) -> Option<String> {
-    let lost = inventory.slice_lost(slice, now, grace)?;
-    (!slice_loss_held(inventory, slice, percent)).then_some(lost)
+    let lost = inventory.slice_lost(slice, brake.now, brake.grace)?;
+    slice_hold(inventory, slice, brake)
+        .is_none()
+        .then_some(lost)
 }
 
-/// Every host of the slice is there and the brake holds the loss of its NotReady ones.
-fn slice_loss_held(inventory: &Inventory, slice: &Slice, percent: u32) -> bool {
-    slice.hosts_present() >= slice.hosts_expected
-        && inventory.loss_held(slice.nodes.iter().map(String::as_str), percent)
+fn slice_hold(inventory: &Inventory, slice: &Slice, brake: &Brake) -> Option<Hold> {
+    let complete = slice.hosts_present() >= slice.hosts_expected;
+    brake.holds(inventory, slice.nodes.iter().map(String::as_str), complete)
 }
 
-/// The brake holds the group's node loss: every NotReady node it stands on (its whole
-/// slice, when pinned) is in a zone where NotReady nodes are a mass, and nothing else is
-/// lost (no host missing, none terminating).
-pub(super) fn loss_held(
+/// Whether the brake holds the group's node loss: every NotReady node it stands on (its
+/// whole slice, when pinned) is held (see [`Brake::holds`]), and nothing else is lost (no
+/// host missing, none terminating).
+pub(super) fn loss_hold(
     facts: &[PodFacts<'_>],
     pinned: Option<&str>,
     inventory: &Inventory,
-    percent: u32,
-) -> bool {
+    brake: &Brake,
+) -> Option<Hold> {
     match pinned.and_then(|id| inventory.slice(id)) {
-        Some(slice) => slice_loss_held(inventory, slice, percent),
-        None if pinned.is_some() => false,
-        None => inventory.loss_held(
-            facts.iter().filter_map(|f| f.pod.node_name.as_deref()),
-            percent,
-        ),
+        Some(slice) => slice_hold(inventory, slice, brake),
+        None if pinned.is_some() => None,
+        None => {
+            let nodes = facts.iter().filter_map(|f| f.pod.node_name.as_deref());
+            brake.holds(inventory, nodes, true)
+        }
     }
 }
 

@@ -33,7 +33,12 @@ fn observe(scene: &Scene) -> (BTreeMap<u32, ObservedReplica<'_>>, Vec<&LeanPod>)
         group: "workers",
         placement_timeout: None,
         rules: &[],
-        mass_loss_percent: 55,
+        brake: super::Brake {
+            percent: 55,
+            released: None,
+            grace: GRACE,
+            now: scene.world.now,
+        },
     };
     replicas(&facts, &judging, &scene.inventory)
 }

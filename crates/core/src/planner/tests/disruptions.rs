@@ -307,3 +307,39 @@ fn local_trouble_is_judged_node_by_node() {
     assert_eq!(plan.delete.len(), 3, "every group lost");
     assert_eq!(codes(&plan), BTreeSet::from(["NodeLost"]));
 }
+
+/// A zone comes back a node at a time: once the share of NotReady nodes falls below the
+/// threshold, the ones still NotReady get a new grace from that moment, not taken for lost
+/// at once; one still NotReady after that grace is lost.
+#[test]
+fn the_brake_lets_go_with_a_fresh_grace_for_the_nodes_still_down() {
+    let mut world = settled(Membership::Independent, 3);
+    let nodes: Vec<String> = world
+        .nodes
+        .iter()
+        .map(|n| n.metadata.name.clone().unwrap())
+        .collect();
+    let start = world.now;
+    for n in &nodes {
+        set_not_ready(world.node_mut(n), start);
+    }
+    world.now = start + secs(60);
+    assert!(world.step().delete.is_empty(), "held");
+    // Pools 0 and 1 are back; pool 2 (4 of 12 nodes) is still down: local trouble now.
+    for n in nodes.iter().filter(|n| !n.starts_with("pool-2")) {
+        set_ready_since(world.node_mut(n), start + secs(61));
+    }
+    world.now = start + secs(62);
+    let plan = world.step();
+    assert!(plan.delete.is_empty(), "a fresh grace: {:?}", codes(&plan));
+    assert!(plan.events.iter().any(|e| e.reason == "NodeLossReleased"));
+    assert_eq!(
+        plan.requeue_after,
+        Some(std::time::Duration::from_secs(30)),
+        "look again when that grace ends"
+    );
+    world.now = start + secs(91);
+    assert!(world.step().delete.is_empty(), "still within it");
+    world.now = start + secs(92);
+    assert_eq!(codes(&world.step()), BTreeSet::from(["NodeLost"]));
+}
