@@ -128,7 +128,8 @@ pub fn chart_config() -> OperatorConfig {
 pub struct Env {
     pub client: Client,
     pub namespace: String,
-    /// This run's id: the value of [`RUN_LABEL`] on its nodes.
+    /// This run's id: the value of [`RUN_LABEL`] on its nodes, and their zone
+    /// (`topology.kubernetes.io/zone`) unless the pool names one.
     pub run: String,
     pub emulator: Option<Emulator>,
     pub operators: Vec<OperatorHandle>,
@@ -445,10 +446,13 @@ impl Env {
                 (0..hosts).map(move |h| sim::nodes::build_node(spec, h).expect("node"))
             })
             .map(|mut node| {
-                node.metadata
-                    .labels
-                    .get_or_insert_with(Default::default)
-                    .insert(RUN_LABEL.to_string(), self.run.clone());
+                let labels = node.metadata.labels.get_or_insert_with(Default::default);
+                labels.insert(RUN_LABEL.to_string(), self.run.clone());
+                // Each run in a zone of its own, as GKE labels every node with its zone: a
+                // run's zone-wide fault leaves the other runs' nodes on a shared cluster alone.
+                labels
+                    .entry(NODE_LABEL_ZONE.to_string())
+                    .or_insert_with(|| self.run.clone());
                 node
             })
             .collect();

@@ -1,0 +1,264 @@
+//! The platform's faults are not the job's (issue 25): a graceful node shutdown that fails
+//! the pods before any taint, a kubelet eviction, a zone-wide blip longer than the node
+//! grace; and the failure rules a user writes: an exit code that ends the run at once, one
+//! that is retried uncharged, a restart budget counted over a window.
+
+use super::*;
+use k8s_openapi::api::core::v1::Pod;
+use slice_core::api::{
+    CONDITION_FAILED, CONDITION_NODE_LOSS_HELD, ExitCodeOperator, ExitCodeRequirement, FailureRule,
+    RuleAction, TrainClusterStatus,
+};
+use slice_sim::platform_faults;
+
+fn exit_rule(action: RuleAction, codes: &[i32]) -> FailureRule {
+    FailureRule {
+        action,
+        on_exit_codes: Some(ExitCodeRequirement {
+            container_name: None,
+            operator: ExitCodeOperator::In,
+            values: codes.to_vec(),
+        }),
+        on_pod_conditions: None,
+    }
+}
+
+async fn status(env: &Env, name: &str) -> TrainClusterStatus {
+    env.tcs()
+        .get(name)
+        .await
+        .unwrap()
+        .status
+        .unwrap_or_default()
+}
+
+/// Wait until the cluster is Running again on pods none of which is in `old`.
+async fn wait_replaced(env: &Env, name: &str, slices: u32, old: &[String]) -> Vec<Pod> {
+    env.wait_for("new pods Running", Duration::from_secs(60), || async {
+        let (_, pods) = env.wait_running(name, slices, 4).await;
+        pods.iter().all(|p| !old.contains(&uid(p))).then_some(pods)
+    })
+    .await
+}
+
+fn uids(pods: &[Pod]) -> Vec<String> {
+    pods.iter().map(uid).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_node_shutdown_before_the_taint_is_one_preemption_and_no_failure() {
+    let env = env_with("shutdown", 2).await;
+    env.create(&env.train_cluster("demo", Membership::Multislice, 2, 2))
+        .await;
+    let (_, pods) = env.wait_running("demo", 2, 4).await;
+    // The kubelets of pool-0 end their pods as the node-shutdown manager does; no taint yet.
+    let ended = platform_faults::shut_down_pool_pods(&env.client, &env.pool("pool-0"))
+        .await
+        .unwrap();
+    assert_eq!(ended, 4);
+    wait_replaced(&env, "demo", 2, &uids(&pods)).await;
+    let status = status(&env, "demo").await;
+    assert_eq!((status.restarts, status.preemptions), (0, 1), "{status:?}");
+    let first = &status.groups[0].last_disruptions[0];
+    assert_eq!(
+        (first.reason.as_str(), first.counted_as.as_str()),
+        ("Disrupted", "Preemption")
+    );
+    assert!(
+        first.message.contains("imminent node shutdown"),
+        "{first:?}"
+    );
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubelet_eviction_is_a_preemption() {
+    let env = env_with("eviction", 1).await;
+    env.create(&env.train_cluster("demo", Membership::Independent, 1, 1))
+        .await;
+    let (_, pods) = env.wait_running("demo", 1, 4).await;
+    let victim = pods[1].metadata.name.clone().unwrap();
+    platform_faults::pressure_evict(&env.client, &env.namespace, &victim)
+        .await
+        .unwrap();
+    wait_replaced(&env, "demo", 1, &uids(&pods)).await;
+    let status = status(&env, "demo").await;
+    assert_eq!((status.restarts, status.preemptions), (0, 1), "{status:?}");
+    let deleted: Vec<String> = env
+        .events_for("demo")
+        .await
+        .into_iter()
+        .filter(|(reason, _)| reason == "GroupDeleted")
+        .map(|(_, note)| note)
+        .collect();
+    assert!(
+        deleted
+            .iter()
+            .any(|n| n.contains("Evicted") && n.contains(&victim)),
+        "an event names the pod and the eviction: {deleted:?}"
+    );
+    env.stop().await;
+}
+
+/// Every node of the run's zone stops reporting for longer than the node grace: the brake
+/// holds the node loss, nothing is deleted, the condition says so; once the zone is back
+/// the brake lets go, and the job ran on untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zone_wide_blip_longer_than_the_grace_deletes_nothing() {
+    let env = env_with("zone-blip", 2).await;
+    env.create(&env.train_cluster("demo", Membership::Multislice, 2, 2))
+        .await;
+    let (_, pods) = env.wait_running("demo", 2, 4).await;
+    let zone = env.run.clone();
+    platform_faults::set_zone_ready(&env.client, &zone, false)
+        .await
+        .unwrap();
+    // The condition is set only once a group's nodes are past the grace and held.
+    let held = env
+        .wait_for("the brake holds", Duration::from_secs(60), || async {
+            let s = status(&env, "demo").await;
+            let c = s
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == CONDITION_NODE_LOSS_HELD)?;
+            (c.status == "True").then_some(c)
+        })
+        .await;
+    assert!(
+        held.message.contains("8 of 8 TPU nodes NotReady"),
+        "{}",
+        held.message
+    );
+    assert_eq!(uids(&env.all_worker_pods("demo").await).len(), 8);
+    assert!(
+        env.all_worker_pods("demo")
+            .await
+            .iter()
+            .all(|p| p.metadata.deletion_timestamp.is_none()),
+        "nothing deleted while held"
+    );
+    platform_faults::set_zone_ready(&env.client, &zone, true)
+        .await
+        .unwrap();
+    env.wait_for("the brake lets go", Duration::from_secs(60), || async {
+        let s = status(&env, "demo").await;
+        let c = s
+            .conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION_NODE_LOSS_HELD)?;
+        (c.status == "False" && s.phase == Phase::Running).then_some(())
+    })
+    .await;
+    let (_, after) = env.wait_running("demo", 2, 4).await;
+    assert_eq!(uids(&after), uids(&pods), "the same pods ran on");
+    let status = status(&env, "demo").await;
+    assert_eq!((status.restarts, status.preemptions), (0, 0));
+    let reasons: Vec<String> = env
+        .events_for("demo")
+        .await
+        .into_iter()
+        .map(|e| e.0)
+        .collect();
+    assert!(reasons.contains(&"MassNodeLoss".to_string()), "{reasons:?}");
+    assert!(
+        reasons.contains(&"NodeLossReleased".to_string()),
+        "{reasons:?}"
+    );
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fail_job_exit_code_ends_the_run_at_once() {
+    let env = env_with("fail-job", 2).await;
+    let mut tc = env.train_cluster("demo", Membership::Multislice, 2, 2);
+    tc.spec.failure_policy.rules = vec![exit_rule(RuleAction::FailJob, &[3])];
+    env.create(&tc).await;
+    let (_, pods) = env.wait_running("demo", 2, 4).await;
+    let victim = pods[5].metadata.name.clone().unwrap();
+    slice_sim::fail_pod(&env.client, &env.namespace, &victim, 3)
+        .await
+        .unwrap();
+    let tc = env.wait_phase("demo", Phase::Failed).await;
+    let status = tc.status.unwrap();
+    assert_eq!(status.restarts, 0, "terminal, not a restart");
+    let failed = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == CONDITION_FAILED)
+        .unwrap();
+    assert_eq!(failed.reason, "FailJobRule");
+    assert!(
+        failed.message.contains("failurePolicy.rules[0] (FailJob)"),
+        "{}",
+        failed.message
+    );
+    env.wait_for("every worker stopped", Duration::from_secs(60), || async {
+        env.worker_pods("demo").await.is_empty().then_some(())
+    })
+    .await;
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ignored_exit_code_restarts_the_job_uncharged() {
+    let env = env_with("ignore-exit", 2).await;
+    let mut tc = env.train_cluster("demo", Membership::Multislice, 2, 2);
+    tc.spec.failure_policy.rules = vec![exit_rule(RuleAction::Ignore, &[75])];
+    env.create(&tc).await;
+    let (_, pods) = env.wait_running("demo", 2, 4).await;
+    let victim = pods[2].metadata.name.clone().unwrap();
+    slice_sim::fail_pod(&env.client, &env.namespace, &victim, 75)
+        .await
+        .unwrap();
+    wait_replaced(&env, "demo", 2, &uids(&pods)).await;
+    let status = status(&env, "demo").await;
+    assert_eq!((status.restarts, status.preemptions), (0, 0), "{status:?}");
+    let record = &status.groups[0].last_disruptions[0];
+    assert_eq!(
+        (record.reason.as_str(), record.counted_as.as_str()),
+        ("FailureIgnored", "Ignored")
+    );
+    env.stop().await;
+}
+
+/// `maxRestarts: 5` within an hour: six failures in quick succession fail the run at the
+/// sixth (that six spread over a month do not is the core's window arithmetic, tested there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn six_failures_within_the_window_fail_the_run() {
+    let env = env_with("window", 1).await;
+    let mut tc = env.train_cluster("demo", Membership::Independent, 1, 1);
+    tc.spec.failure_policy.max_restarts = 5;
+    tc.spec.failure_policy.restart_window_seconds = Some(3600);
+    tc.spec.failure_policy.backoff_seconds = 0;
+    env.create(&tc).await;
+    let mut pods = env.wait_running("demo", 1, 4).await.1;
+    for failure in 1..=6u32 {
+        let victim = pods[0].metadata.name.clone().unwrap();
+        slice_sim::fail_pod(&env.client, &env.namespace, &victim, 1)
+            .await
+            .unwrap();
+        if failure == 6 {
+            break;
+        }
+        pods = wait_replaced(&env, "demo", 1, &uids(&pods)).await;
+        let status = status(&env, "demo").await;
+        assert_eq!(status.groups[0].restarts_in_window, Some(failure));
+        assert!(status.groups[0].window_frees_at.is_some());
+    }
+    let tc = env.wait_phase("demo", Phase::Failed).await;
+    let status = tc.status.unwrap();
+    assert_eq!(status.groups[0].restarts_in_window, Some(6));
+    let failed = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == CONDITION_FAILED)
+        .unwrap();
+    assert!(
+        failed
+            .message
+            .contains("6 restarts within failurePolicy.restartWindowSeconds (3600)"),
+        "{}",
+        failed.message
+    );
+    env.stop().await;
+}
