@@ -355,3 +355,63 @@ fn the_chart_installs_the_priority_class_placeholders_use() {
         "{template}"
     );
 }
+
+#[test]
+fn cel_checks_failure_rules_as_a_job_checks_its_pod_failure_policy() {
+    let mut m = manifest();
+    let rules = |rules: Value| {
+        let mut m = manifest();
+        m["spec"]["failurePolicy"] = json!({ "rules": rules });
+        cel_errors(&m)
+    };
+    let both = rules(json!([{
+        "action": "Ignore",
+        "onExitCodes": {"operator": "In", "values": [75]},
+        "onPodConditions": [{"type": "DisruptionTarget"}]
+    }]));
+    assert!(
+        both.iter()
+            .any(|e| e.contains("set exactly one of onExitCodes or onPodConditions")),
+        "{both:?}"
+    );
+    let neither = rules(json!([{"action": "Count"}]));
+    assert!(
+        neither
+            .iter()
+            .any(|e| e.contains("set exactly one of onExitCodes or onPodConditions")),
+        "{neither:?}"
+    );
+    let zero =
+        rules(json!([{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [0, 3]}}]));
+    assert!(
+        zero.iter()
+            .any(|e| e.contains("0 cannot be used with operator In")),
+        "{zero:?}"
+    );
+    let not_in_zero =
+        rules(json!([{"action": "Ignore", "onExitCodes": {"operator": "NotIn", "values": [0]}}]));
+    assert_eq!(not_in_zero, Vec::<String>::new(), "NotIn may list 0");
+    m["spec"]["failurePolicy"] = json!({"rules": [
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+        {"action": "FailJob", "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [3]}}
+    ], "restartWindowSeconds": 3600});
+    assert_eq!(cel_errors(&m), Vec::<String>::new());
+}
+
+/// The schema bounds every new field: the rule list, exit-code lists (a set), the window,
+/// the brake's share and the deadline.
+#[test]
+fn schema_bounds_the_failure_policy_and_the_deadline() {
+    let schema = schema();
+    let spec = &schema["properties"]["spec"]["properties"];
+    let policy = &spec["failurePolicy"]["properties"];
+    assert_eq!(policy["rules"]["maxItems"].as_u64(), Some(20));
+    let codes = &policy["rules"]["items"]["properties"]["onExitCodes"]["properties"]["values"];
+    assert_eq!(codes["x-kubernetes-list-type"], "set");
+    assert_eq!(codes["maxItems"].as_u64(), Some(255));
+    assert_eq!(policy["restartWindowSeconds"]["minimum"].as_f64(), Some(60.0));
+    assert_eq!(policy["massNodeLossPercent"]["maximum"].as_f64(), Some(100.0));
+    assert_eq!(spec["activeDeadlineSeconds"]["minimum"].as_f64(), Some(1.0));
+    let actions = &policy["rules"]["items"]["properties"]["action"]["enum"];
+    assert_eq!(actions, &json!(["FailJob", "Ignore", "Count"]));
+}
