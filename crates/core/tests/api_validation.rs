@@ -409,8 +409,14 @@ fn schema_bounds_the_failure_policy_and_the_deadline() {
     let codes = &policy["rules"]["items"]["properties"]["onExitCodes"]["properties"]["values"];
     assert_eq!(codes["x-kubernetes-list-type"], "set");
     assert_eq!(codes["maxItems"].as_u64(), Some(255));
-    assert_eq!(policy["restartWindowSeconds"]["minimum"].as_f64(), Some(60.0));
-    assert_eq!(policy["massNodeLossPercent"]["maximum"].as_f64(), Some(100.0));
+    assert_eq!(
+        policy["restartWindowSeconds"]["minimum"].as_f64(),
+        Some(60.0)
+    );
+    assert_eq!(
+        policy["massNodeLossPercent"]["maximum"].as_f64(),
+        Some(100.0)
+    );
     assert_eq!(spec["activeDeadlineSeconds"]["minimum"].as_f64(), Some(1.0));
     let actions = &policy["rules"]["items"]["properties"]["action"]["enum"];
     assert_eq!(actions, &json!(["FailJob", "Ignore", "Count"]));

@@ -238,6 +238,12 @@ pub struct GroupStatus {
     /// what it was charged as.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub last_disruptions: Vec<DisruptionRecord>,
+    /// Nodes of the group's slices that are Ready again while the node-lifecycle
+    /// controller's `not-ready`/`unreachable` taint has stayed on longer than
+    /// `failurePolicy.nodeNotReadyGraceSeconds` (at most 4 listed): not lost, but a sign of a
+    /// slow or failing-over controller-manager.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lingering_taints: Vec<String>,
 }
 
 /// One disruption of a group: when, why, and how it counted.

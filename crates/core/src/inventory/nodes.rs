@@ -139,8 +139,9 @@ pub fn node_health(node: &LeanNode) -> NodeHealth {
                 .into_iter()
                 .find(|k| tainted(k))
             {
-                return NodeHealth::Unusable {
-                    reason: lingering_taint(key, c.since),
+                return NodeHealth::TaintLingers {
+                    key: key.to_string(),
+                    ready_since: c.since,
                 };
             }
         }
@@ -160,7 +161,7 @@ pub fn node_health(node: &LeanNode) -> NodeHealth {
 }
 
 /// Why a Ready node still takes no group: its lifecycle taint lingers (since it was Ready).
-fn lingering_taint(key: &str, ready_since: Option<jiff::Timestamp>) -> String {
+pub(super) fn lingering_taint(key: &str, ready_since: Option<jiff::Timestamp>) -> String {
     match ready_since {
         Some(t) => format!("{LINGERING_TAINT}: {key} is still on, though Ready since {t}"),
         None => format!("{LINGERING_TAINT}: {key} is still on, though Ready"),

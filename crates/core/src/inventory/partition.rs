@@ -99,6 +99,11 @@ fn add_node(slice: &mut Slice, obs: &NodeObservation) {
         NodeHealth::Terminating { reason } | NodeHealth::Unusable { reason } => {
             Some(format!("node {}: {reason}", obs.name))
         }
+        NodeHealth::TaintLingers { key, ready_since } => Some(format!(
+            "node {}: {}",
+            obs.name,
+            super::nodes::lingering_taint(key, *ready_since)
+        )),
     };
     if slice.not_ready.is_none()
         && (slice.chips_per_host != obs.chips

@@ -22,6 +22,12 @@ pub enum NodeHealth {
     Unusable {
         reason: String,
     },
+    /// Ready again, but the node-lifecycle controller's `key` taint is still on: not lost,
+    /// and no new group until it goes (the scheduler would not place one there either).
+    TaintLingers {
+        key: String,
+        ready_since: Option<Timestamp>,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -188,6 +194,38 @@ impl Inventory {
                 deadline - grace
             )
         })
+    }
+
+    /// The nodes of the slice whose lifecycle taint has lingered longer than `grace` since
+    /// they were Ready again, described; and when the next one will have, if one is within.
+    pub fn lingering_taints(
+        &self,
+        slice: &Slice,
+        now: Timestamp,
+        grace: jiff::SignedDuration,
+    ) -> (Vec<String>, Option<Timestamp>) {
+        let mut lingering = Vec::new();
+        let mut next: Option<Timestamp> = None;
+        for name in &slice.nodes {
+            let Some(NodeHealth::TaintLingers { key, ready_since }) =
+                self.nodes.get(name).map(|n| &n.health)
+            else {
+                continue;
+            };
+            let Some(due) = ready_since.and_then(|t| t.saturating_add(grace).ok()) else {
+                continue;
+            };
+            if due <= now {
+                // Stable words (no running age): a status field, written only on change.
+                let since = due - grace;
+                lingering.push(format!(
+                    "node {name}: taint {key} still on, though Ready since {since} (longer than the grace)"
+                ));
+            } else {
+                next = Some(next.map_or(due, |n| n.min(due)));
+            }
+        }
+        (lingering, next)
     }
 
     /// The zones (by name, empty for unlabelled nodes) with their NotReady counts.

@@ -59,6 +59,34 @@ impl<'a> Planner<'a> {
     }
 }
 
+/// How many lingering taints a group's status lists.
+const LINGERING_LISTED: usize = 4;
+
+impl Planner<'_> {
+    /// The nodes of the group's slices whose lifecycle taint outlived the grace after they
+    /// were Ready again (for `status.groups[].lingeringTaints`); look again when the next
+    /// one would.
+    pub(super) fn lingering_taints(
+        &mut self,
+        observed: &BTreeMap<u32, ObservedReplica<'_>>,
+        grace: jiff::SignedDuration,
+    ) -> Vec<String> {
+        let mut slices: Vec<&str> = observed.values().filter_map(|r| r.slice).collect();
+        slices.sort_unstable();
+        slices.dedup();
+        let mut listed = Vec::new();
+        for slice in slices.iter().filter_map(|id| self.inventory.slice(id)) {
+            let (lingering, next) = self.inventory.lingering_taints(slice, self.now, grace);
+            listed.extend(lingering);
+            if let Some(t) = next {
+                self.wake_at(t);
+            }
+        }
+        listed.truncate(LINGERING_LISTED);
+        listed
+    }
+}
+
 /// Set `NodeLossHeld` on the status from the groups held this plan, with an event when the
 /// brake engages or lets go. A status that never had the condition gets none while nothing
 /// is held.

@@ -47,6 +47,7 @@ impl<'a> Planner<'a> {
         // Observe and judge: what runs, what must go, what broke and what that costs.
         let observed = self.observe_group(group, &pods, grace, &recognised, &mut memory);
         self.note_held(name, &observed);
+        memory.lingering_taints = self.lingering_taints(&observed, grace);
         let spare_sets = self.observe_spares(group, &spare_pods, grace);
         let spare_slices = spares::own_spare_slices(&spare_sets);
         let (mut kept, tally) = self.judge_group(name, &observed, &mut memory, multislice);

@@ -343,3 +343,39 @@ fn the_brake_lets_go_with_a_fresh_grace_for_the_nodes_still_down() {
     world.now = start + secs(92);
     assert_eq!(codes(&world.step()), BTreeSet::from(["NodeLost"]));
 }
+
+/// A node Ready again whose lifecycle taint the controller-manager is slow to remove: its
+/// group runs on, and once the taint outlives the grace the group's status names it (one
+/// wording, written once).
+#[test]
+fn a_lingering_lifecycle_taint_keeps_the_group_and_is_reported_after_the_grace() {
+    let mut world = settled(Membership::Independent, 1);
+    let start = world.now;
+    let node = "pool-0-1";
+    set_ready_since(world.node_mut(node), start + secs(5));
+    add_lifecycle_taint(world.node_mut(node), TAINT_UNREACHABLE, start);
+    world.now = start + secs(20);
+    let plan = world.step();
+    assert!(plan.delete.is_empty());
+    assert!(
+        world.status().groups[0].lingering_taints.is_empty(),
+        "within the grace"
+    );
+    assert_eq!(plan.requeue_after, Some(std::time::Duration::from_secs(15)));
+    world.now = start + secs(35);
+    assert!(world.step().delete.is_empty());
+    let reported = world.status().groups[0].lingering_taints.clone();
+    assert_eq!(reported.len(), 1);
+    assert!(
+        reported[0].starts_with("node pool-0-1: taint node.kubernetes.io/unreachable still on"),
+        "{reported:?}"
+    );
+    world.now = start + secs(3600);
+    world.step();
+    assert_eq!(
+        world.status().groups[0].lingering_taints,
+        reported,
+        "the same words an hour on"
+    );
+    assert_eq!(world.status().preemptions, 0);
+}
