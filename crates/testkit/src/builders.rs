@@ -296,6 +296,32 @@ pub fn disrupt_pod(pod: &mut Pod, reason: &str, message: &str) {
     status.container_statuses = Some(vec![terminated("main", 137)]);
 }
 
+/// A failure rule on any container's exit codes.
+pub fn exit_code_rule(
+    action: RuleAction,
+    operator: ExitCodeOperator,
+    values: &[i32],
+) -> FailureRule {
+    FailureRule {
+        action,
+        on_exit_codes: Some(ExitCodeRequirement {
+            container_name: None,
+            operator,
+            values: values.to_vec(),
+        }),
+        on_pod_conditions: None,
+    }
+}
+
+/// The status's condition of this type; a test fails without it.
+pub fn condition<'a>(status: &'a TrainClusterStatus, type_: &str) -> &'a Condition {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .unwrap_or_else(|| panic!("no condition {type_} in {:?}", status.conditions))
+}
+
 pub fn at(secs: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + secs).expect("valid time")
 }

@@ -156,6 +156,14 @@ pub struct HeadStatus {
     /// Hash of the head template the head pod runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template_hash: Option<String>,
+    /// With `failurePolicy.restartWindowSeconds`: when each head failure still within the
+    /// window was charged, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub window_failures: Vec<Time>,
+    /// Head pods the platform ended (a disruption, counted as a preemption: replaced at
+    /// once, never charged).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub preemptions: u32,
 }
 
 /// Per worker group state; also the planner's memory of its own past decisions.

@@ -103,6 +103,7 @@ impl Planner<'_> {
         }
         if let Some(head) = head.filter(|_| self.tc.spec.head.is_some()) {
             status.restarts += head.restarts;
+            status.preemptions += head.preemptions;
             status.head = Some(head);
         }
         status

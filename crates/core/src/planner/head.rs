@@ -4,7 +4,7 @@
 
 use super::relabel::Wanted;
 use super::state::Planner;
-use super::{DeleteReason, EventAfter, EventType, budget, render, revision};
+use super::{DeleteReason, DisruptionKind, EventAfter, EventType, budget, render, revision};
 use crate::api::{HeadStatus, TrainClusterStatus};
 use crate::inventory::is_terminal;
 use crate::lean::LeanPod;
@@ -15,6 +15,8 @@ pub(super) fn memory(previous: &TrainClusterStatus, reset_budget: bool) -> HeadS
     if reset_budget {
         head.restarts = 0;
         head.backoff_until = None;
+        head.window_failures.clear();
+        head.preemptions = 0;
     }
     head
 }
@@ -35,9 +37,19 @@ fn newly_failed<'p>(cluster: &str, pods: &[&'p LeanPod], head: &HeadStatus) -> O
     })
 }
 
+/// What a head pod's end counts as: the platform's disruption, or a failure; as the
+/// failure rules say.
+fn head_failure(rules: &[crate::api::FailureRule], pod: &LeanPod) -> DeleteReason {
+    let cause = super::observe::disrupted(pod).unwrap_or_else(|| DeleteReason::MemberFailed {
+        pod: pod.name().to_string(),
+    });
+    super::rules::judged(rules, pod, cause)
+}
+
 impl Planner<'_> {
-    /// Charge a newly failed head pod to the head's budget and back off. Returns why the
-    /// budget is spent, if it is.
+    /// Charge a newly failed head pod to the head's budget and back off, as the failure
+    /// rules and the platform's disruptions say (a head the platform ended is a preemption,
+    /// replaced at once). Returns why the run fails, if it does.
     pub(super) fn judge_head(
         &mut self,
         pods: &[&LeanPod],
@@ -47,26 +59,34 @@ impl Planner<'_> {
         let failed = newly_failed(cluster, pods, head)?;
         let policy = &self.tc.spec.failure_policy;
         head.counted_uid = failed.metadata.uid.clone();
+        let reason = head_failure(&policy.rules, failed);
+        let mut tally = super::judge::Tally::default();
+        match reason.kind() {
+            DisruptionKind::Failure => tally.failures = 1,
+            DisruptionKind::Preemption => head.preemptions += 1,
+            DisruptionKind::Fatal => tally.fatal = Some(reason.to_string()),
+            DisruptionKind::Ignored | DisruptionKind::Maintenance => {}
+        }
         let mut counts = crate::api::GroupStatus {
             restarts: head.restarts,
-            ..Default::default()
-        };
-        let tally = super::judge::Tally {
-            failures: 1,
+            window_failures: std::mem::take(&mut head.window_failures),
             ..Default::default()
         };
         let exhausted = budget::charge("head", &mut counts, &tally, policy, self.now);
         head.restarts = counts.restarts;
-        head.last_failure_time = counts.last_failure_time;
-        head.backoff_until = counts.backoff_until;
+        head.window_failures = counts.window_failures;
+        if tally.failures > 0 {
+            head.last_failure_time = counts.last_failure_time;
+            head.backoff_until = counts.backoff_until;
+        }
         self.emit(
             EventType::Warning,
             "HeadFailed",
             format!(
-                "head pod {} ended ({}); restarts {}/{}",
+                "head pod {} ended ({reason}; counted as {}); restarts {}/{}",
                 failed.name(),
-                failed.phase.as_deref().unwrap_or("unknown"),
-                head.restarts,
+                reason.kind().counted_as(),
+                counts.restarts_in_window.unwrap_or(head.restarts),
                 policy.max_restarts
             ),
         );

@@ -332,7 +332,7 @@ mod facts;
 mod loss;
 pub use facts::PodFacts;
 pub use loss::{Brake, Hold};
-pub(super) use loss::{kubelet_rejected, slice_lost_unheld, terminating};
+pub(super) use loss::{disrupted, kubelet_rejected, slice_lost_unheld, terminating};
 use loss::{loss_hold, member_lost, node_lost};
 
 #[cfg(test)]

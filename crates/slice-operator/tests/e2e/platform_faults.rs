@@ -6,21 +6,13 @@
 use super::*;
 use k8s_openapi::api::core::v1::Pod;
 use slice_core::api::{
-    CONDITION_FAILED, CONDITION_NODE_LOSS_HELD, ExitCodeOperator, ExitCodeRequirement, FailureRule,
-    RuleAction, TrainClusterStatus,
+    CONDITION_FAILED, CONDITION_NODE_LOSS_HELD, ExitCodeOperator, FailureRule, RuleAction,
+    TrainClusterStatus,
 };
 use slice_sim::platform_faults;
 
 fn exit_rule(action: RuleAction, codes: &[i32]) -> FailureRule {
-    FailureRule {
-        action,
-        on_exit_codes: Some(ExitCodeRequirement {
-            container_name: None,
-            operator: ExitCodeOperator::In,
-            values: codes.to_vec(),
-        }),
-        on_pod_conditions: None,
-    }
+    slice_testkit::exit_code_rule(action, ExitCodeOperator::In, codes)
 }
 
 async fn status(env: &Env, name: &str) -> TrainClusterStatus {
@@ -192,11 +184,7 @@ async fn a_fail_job_exit_code_ends_the_run_at_once() {
     let tc = env.wait_phase("demo", Phase::Failed).await;
     let status = tc.status.unwrap();
     assert_eq!(status.restarts, 0, "terminal, not a restart");
-    let failed = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == CONDITION_FAILED)
-        .unwrap();
+    let failed = slice_testkit::condition(&status, CONDITION_FAILED);
     assert_eq!(failed.reason, "FailJobRule");
     assert!(
         failed.message.contains("failurePolicy.rules[0] (FailJob)"),
@@ -259,11 +247,7 @@ async fn six_failures_within_the_window_fail_the_run() {
     let tc = env.wait_phase("demo", Phase::Failed).await;
     let status = tc.status.unwrap();
     assert_eq!(status.groups[0].restarts_in_window, Some(6));
-    let failed = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == CONDITION_FAILED)
-        .unwrap();
+    let failed = slice_testkit::condition(&status, CONDITION_FAILED);
     assert!(
         failed
             .message

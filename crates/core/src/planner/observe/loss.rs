@@ -162,7 +162,7 @@ pub(super) fn member_lost(
 }
 
 /// The platform's disruption of a member, as a reason to delete its group.
-fn disrupted(pod: &LeanPod) -> Option<DeleteReason> {
+pub(crate) fn disrupted(pod: &LeanPod) -> Option<DeleteReason> {
     let d = pod.disruption()?;
     let reason = match &d.pod_reason {
         Some(pod_reason) => format!("{}, {pod_reason}", d.reason),

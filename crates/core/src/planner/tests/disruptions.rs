@@ -10,18 +10,6 @@ fn settled(membership: Membership, slices: u32) -> World {
     world
 }
 
-fn exit_rule(action: RuleAction, op: ExitCodeOperator, values: &[i32]) -> FailureRule {
-    FailureRule {
-        action,
-        on_exit_codes: Some(ExitCodeRequirement {
-            container_name: None,
-            operator: op,
-            values: values.to_vec(),
-        }),
-        on_pod_conditions: None,
-    }
-}
-
 fn codes(plan: &Plan) -> BTreeSet<&'static str> {
     plan.delete.iter().map(|d| d.reason.code()).collect()
 }
@@ -97,19 +85,18 @@ fn a_platform_reason_without_the_condition_is_a_preemption_too() {
 #[test]
 fn a_fail_job_exit_code_is_terminal_at_once() {
     let mut world = settled(Membership::Multislice, 2);
-    world.cluster.spec.failure_policy.rules =
-        vec![exit_rule(RuleAction::FailJob, ExitCodeOperator::In, &[42])];
+    world.cluster.spec.failure_policy.rules = vec![exit_code_rule(
+        RuleAction::FailJob,
+        ExitCodeOperator::In,
+        &[42],
+    )];
     exit_pod(world.pod_mut("demo-workers-0-1"), 42);
     let plan = world.step();
     assert!(codes(&plan).contains("FailJobRule"), "{:?}", codes(&plan));
     let status = world.status();
     assert_eq!(status.phase, Phase::Failed);
     assert_eq!(status.restarts, 0);
-    let failed = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == CONDITION_FAILED)
-        .unwrap();
+    let failed = condition(&status, CONDITION_FAILED);
     assert_eq!(
         (failed.status.as_str(), failed.reason.as_str()),
         ("True", "FailJobRule")
@@ -132,8 +119,11 @@ fn a_fail_job_exit_code_is_terminal_at_once() {
 #[test]
 fn an_ignored_exit_code_restarts_uncharged_and_others_still_count() {
     let mut world = settled(Membership::Independent, 1);
-    world.cluster.spec.failure_policy.rules =
-        vec![exit_rule(RuleAction::Ignore, ExitCodeOperator::In, &[75])];
+    world.cluster.spec.failure_policy.rules = vec![exit_code_rule(
+        RuleAction::Ignore,
+        ExitCodeOperator::In,
+        &[75],
+    )];
     exit_pod(world.pod_mut("demo-workers-0-3"), 75);
     let plan = world.step();
     assert_eq!(codes(&plan), BTreeSet::from(["FailureIgnored"]));
@@ -189,11 +179,7 @@ fn a_run_past_its_deadline_fails_and_stops() {
     assert_eq!(codes(&plan), BTreeSet::from(["DeadlineExceeded"]));
     let status = world.status();
     assert_eq!(status.phase, Phase::Failed);
-    let failed = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == CONDITION_FAILED)
-        .unwrap();
+    let failed = condition(&status, CONDITION_FAILED);
     assert_eq!(failed.reason, "DeadlineExceeded");
     assert!(plan.events.iter().any(|e| e.reason == "DeadlineExceeded"));
     world.settle(5);
@@ -231,11 +217,7 @@ fn a_zone_wide_blip_deletes_nothing() {
     let plan = world.step();
     assert!(plan.delete.is_empty(), "{:?}", codes(&plan));
     let status = world.status();
-    let held = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == CONDITION_NODE_LOSS_HELD)
-        .unwrap();
+    let held = condition(&status, CONDITION_NODE_LOSS_HELD);
     assert_eq!(
         (held.status.as_str(), held.reason.as_str()),
         ("True", "MassNodeLoss")
@@ -270,11 +252,7 @@ fn a_zone_wide_blip_deletes_nothing() {
     assert!(plan.delete.is_empty());
     assert!(plan.events.iter().any(|e| e.reason == "NodeLossReleased"));
     let status = world.status();
-    let held = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == CONDITION_NODE_LOSS_HELD)
-        .unwrap();
+    let held = condition(&status, CONDITION_NODE_LOSS_HELD);
     assert_eq!(held.status, "False");
     let pods_after: Vec<_> = world.pods.iter().map(|p| p.metadata.uid.clone()).collect();
     assert_eq!(pods_before, pods_after);
