@@ -109,7 +109,8 @@ pub const KUBELET_REJECTION_REASONS: &[&str] = &[
 /// eviction, taint manager, pod GC, node shutdown).
 pub const CONDITION_DISRUPTION_TARGET: &str = "DisruptionTarget";
 /// `status.reason` values only the platform writes on a pod it ended: the kubelet's node-
-/// pressure eviction (`Evicted`), graceful node shutdown (`Terminated`, `NodeShutdown`), the
+/// pressure eviction (`Evicted`, with a message in [`NODE_PRESSURE_EVICTION_MESSAGES`]),
+/// graceful node shutdown (`Terminated`, `NodeShutdown`), the
 /// node controller's lost node (`NodeLost`), a kubelet's preemption for a critical pod
 /// (`Preempting`).
 pub const PLATFORM_POD_REASONS: &[&str] = &[
@@ -119,14 +120,10 @@ pub const PLATFORM_POD_REASONS: &[&str] = &[
     "NodeLost",
     "Preempting",
 ];
-/// Conditions every pod has: no failure rule is about them.
-pub const COMMON_POD_CONDITIONS: &[&str] = &[
-    "Ready",
-    "ContainersReady",
-    "Initialized",
-    "PodScheduled",
-    "PodReadyToStartContainers",
-];
+/// How a kubelet's eviction for node pressure begins its message (`Evicted` for the pod's
+/// own ephemeral-storage or emptyDir limits begins otherwise, and is the job's doing).
+pub const NODE_PRESSURE_EVICTION_MESSAGES: &[&str] =
+    &["The node was low on resource", "The node had condition"];
 pub const TAINT_IMPENDING_TERMINATION: &str = "cloud.google.com/impending-node-termination";
 pub const TAINT_NOT_READY: &str = "node.kubernetes.io/not-ready";
 pub const TAINT_UNREACHABLE: &str = "node.kubernetes.io/unreachable";

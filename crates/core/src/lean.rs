@@ -26,8 +26,9 @@ pub use labels::OwnLabels;
 pub use template_keys::KeysFromTemplate;
 
 use crate::constants::{
-    COMMON_POD_CONDITIONS, CONDITION_DISRUPTION_TARGET, KUBELET_REJECTION_REASONS,
-    NODE_LABELS_READ, PLATFORM_POD_REASONS, TAINT_NOT_READY, TAINT_UNREACHABLE, TPU_RESOURCE,
+    CONDITION_DISRUPTION_TARGET, KUBELET_REJECTION_REASONS, NODE_LABELS_READ,
+    NODE_PRESSURE_EVICTION_MESSAGES, PLATFORM_POD_REASONS, TAINT_NOT_READY, TAINT_UNREACHABLE,
+    TPU_RESOURCE,
 };
 
 /// A Pod as the planner sees it.
@@ -80,8 +81,7 @@ pub struct Ending {
     /// Non-zero exit codes: each container's terminated state, else (a restarted container)
     /// its last terminated state.
     pub exits: Vec<ContainerExit>,
-    /// Pod conditions other than the ones every pod has (`Ready`, `PodScheduled`, ...), as
-    /// `(type, status)`: what `onPodConditions` rules match.
+    /// Every pod condition as `(type, status)`: what `onPodConditions` rules match.
     pub conditions: Vec<(String, String)>,
 }
 
@@ -121,9 +121,16 @@ pub fn is_kubelet_rejection(reason: &str) -> bool {
         })
 }
 
-/// True for a pod `status.reason` only the platform writes (a kubelet's eviction or node
-/// shutdown, the node controller's lost node, a preemption).
-pub fn is_platform_reason(reason: &str) -> bool {
+/// True for a pod `status.reason` (with its `status.message`) only the platform writes: a
+/// kubelet's eviction for node pressure (not one for the pod's own ephemeral-storage or
+/// emptyDir limits: that is the job's doing), a graceful node shutdown, the node
+/// controller's lost node, a kubelet's preemption for a critical pod.
+pub fn is_platform_reason(reason: &str, message: &str) -> bool {
+    if reason == "Evicted" {
+        return NODE_PRESSURE_EVICTION_MESSAGES
+            .iter()
+            .any(|m| message.starts_with(m));
+    }
     PLATFORM_POD_REASONS.contains(&reason)
 }
 

@@ -80,6 +80,20 @@ async fn a_pod_refused_as_invalid_makes_the_generation_invalid_once() {
         "{}",
         condition.message
     );
+    // The emulator logs a request once it has answered it, so a read can see a write that
+    // is not logged yet: wait for the write that reported the refusal to be logged first.
+    env.wait_for(
+        "the refusal's write logged",
+        Duration::from_secs(10),
+        || async {
+            let writes = status_writes(&since(&env, 0), "bad");
+            writes
+                .iter()
+                .any(|w| w.contains("PodRefused"))
+                .then_some(())
+        },
+    )
+    .await;
     // Past the first retry of a refusal that may pass (10 s): nothing is tried or written.
     let mark = emulator.requests().mark();
     tokio::time::sleep(Duration::from_secs(13)).await; // an observation window, not a sync

@@ -35,12 +35,12 @@ pub struct FailurePolicy {
     #[serde(default = "default_node_grace")]
     #[schemars(range(min = 0, max = 3600))]
     pub node_not_ready_grace_seconds: u32,
-    /// The brake on mass node loss: while more than this share (percent) of the watched TPU
-    /// nodes of a zone (more than 2 of them) are NotReady, the trouble is taken for the
-    /// control plane's or the network's, not the nodes' (as the node-lifecycle controller's
-    /// unhealthy-zone threshold does): groups on those NotReady nodes are kept, whatever
-    /// the grace, until the share falls again. Nodes deleted or marked for termination are
-    /// lost all the same. 0 turns the brake off.
+    /// The brake on mass node loss: while at least this share (percent) of the watched TPU
+    /// nodes of a zone (more than 2 of them, on 2 or more slices) are NotReady, the trouble
+    /// is taken for the control plane's or the network's, not the nodes' (as the
+    /// node-lifecycle controller's unhealthy-zone threshold does): groups on those NotReady
+    /// nodes are kept, whatever the grace, until the share falls again (at most 10 minutes).
+    /// Nodes deleted or marked for termination are lost all the same. 0 turns the brake off.
     #[serde(default = "default_mass_node_loss_percent")]
     #[schemars(range(min = 0, max = 100))]
     pub mass_node_loss_percent: u32,

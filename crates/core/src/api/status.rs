@@ -80,6 +80,10 @@ pub struct TrainClusterStatus {
     /// waits `failurePolicy.backoffSeconds`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kubelet_rejections: Vec<KubeletRejection>,
+    /// The zones whose mass node loss the brake holds for this cluster's groups (kept for a
+    /// grace after it lets go: their nodes still NotReady then get that grace anew).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_loss_zones: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -236,3 +236,41 @@ fn a_worker_template_may_not_restart_containers_always() {
     assert!(with("Never").is_ok());
     assert!(with("OnFailure").is_ok());
 }
+
+/// A failure rule about a container no template has would never match: refused, naming the
+/// field and the containers there are.
+#[test]
+fn a_failure_rule_must_name_a_container_the_templates_have() {
+    let mut tc = crate::testing::train_cluster(crate::api::Membership::Multislice, 1, 1);
+    let rule = |name: &str| crate::api::FailureRule {
+        action: crate::api::RuleAction::FailJob,
+        on_exit_codes: Some(crate::api::ExitCodeRequirement {
+            container_name: Some(name.into()),
+            operator: crate::api::ExitCodeOperator::In,
+            values: vec![3],
+        }),
+        on_pod_conditions: None,
+    };
+    let container = tc.spec.worker_groups[0]
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0]
+        .name
+        .clone();
+    tc.spec.failure_policy.rules = vec![rule(&container), rule("trainr")];
+    let errors = crate::api::validate::resolve(&tc).unwrap_err();
+    assert_eq!(errors.len(), 1);
+    assert_eq!(
+        errors[0].field,
+        "spec.failurePolicy.rules[1].onExitCodes.containerName"
+    );
+    assert!(
+        errors[0]
+            .message
+            .contains(&format!("name one of: {container}")),
+        "{}",
+        errors[0]
+    );
+}

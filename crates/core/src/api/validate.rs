@@ -216,6 +216,7 @@ pub fn resolve(tc: &TrainCluster) -> Result<Vec<ResolvedGroup<'_>>, Vec<FieldErr
         }
         errors.extend(super::template::check(&head.template, at));
     }
+    errors.extend(unknown_rule_containers(spec));
     if spec.success_policy == super::SuccessPolicy::Head && spec.head.is_none() {
         errors.push(FieldError {
             field: "spec.successPolicy".into(),
@@ -261,6 +262,38 @@ fn placement_fields(template: &PodTemplateSpec, at: &str) -> Vec<FieldError> {
         message: format!("Forbidden: {why}; remove {field} from the worker template"),
     })
     .collect()
+}
+
+/// A failure rule's `onExitCodes.containerName` must name a container (or init container)
+/// of a worker or head template: a rule about no container never matches, silently.
+fn unknown_rule_containers(spec: &super::TrainClusterSpec) -> Vec<FieldError> {
+    let templates = spec
+        .worker_groups
+        .iter()
+        .map(|g| &g.template)
+        .chain(spec.head.iter().map(|h| &h.template));
+    let names: Vec<&str> = templates
+        .filter_map(|t| t.spec.as_ref())
+        .flat_map(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+        })
+        .map(|c| c.name.as_str())
+        .collect();
+    let rules = spec.failure_policy.rules.iter().enumerate();
+    rules
+        .filter_map(|(i, rule)| {
+            let name = rule.on_exit_codes.as_ref()?.container_name.as_deref()?;
+            (!names.contains(&name)).then(|| FieldError {
+                field: format!("spec.failurePolicy.rules[{i}].onExitCodes.containerName"),
+                message: format!(
+                    "no worker or head template has a container {name:?}; name one of: {}",
+                    names.join(", ")
+                ),
+            })
+        })
+        .collect()
 }
 
 /// Chips per host requested by the template: the `google.com/tpu` limit (or request) of its

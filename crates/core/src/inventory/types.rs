@@ -40,20 +40,24 @@ pub struct NodeState {
     pub zone: String,
 }
 
-/// How many watched TPU nodes a zone has, and how many of them are NotReady.
+/// How many watched TPU nodes a zone has, how many of them are NotReady, and on how many
+/// slices those are.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ZoneCount {
     pub nodes: u32,
     pub not_ready: u32,
+    pub not_ready_slices: u32,
 }
 
 impl ZoneCount {
-    /// More than 2 nodes NotReady and at least `percent` of the zone: the trouble is more
-    /// likely the control plane's or the network's than the nodes' (the node-lifecycle
-    /// controller's partial-disruption rule). `percent` 0: never.
+    /// More than 2 nodes NotReady, on at least 2 slices, and at least `percent` of the
+    /// zone: the trouble is more likely the control plane's or the network's than the
+    /// nodes' (the node-lifecycle controller's partial-disruption rule). One slice going
+    /// down whole is how a TPU slice fails, never a mass. `percent` 0: never.
     pub fn mass_loss(&self, percent: u32) -> bool {
         percent > 0
             && self.not_ready > 2
+            && self.not_ready_slices >= 2
             && u64::from(self.not_ready) * 100 >= u64::from(percent) * u64::from(self.nodes)
     }
 }
@@ -233,24 +237,35 @@ impl Inventory {
         &self.zones
     }
 
-    /// Count every zone's nodes again (after partitions were rebuilt).
+    /// Count every zone's nodes again (after partitions were rebuilt): one allocation per
+    /// zone, not per node.
     pub(super) fn count_zones(&mut self) {
-        let mut zones: BTreeMap<String, ZoneCount> = BTreeMap::new();
+        let mut zones: FastMap<&str, ZoneCount> = FastMap::default();
+        let mut down: rustc_hash::FxHashSet<(&str, &str)> = Default::default();
         for node in self.nodes.values() {
-            let count = zones.entry(node.zone.clone()).or_default();
+            let count = zones.entry(node.zone.as_str()).or_default();
             count.nodes += 1;
-            count.not_ready += u32::from(matches!(node.health, NodeHealth::NotReady { .. }));
+            if matches!(node.health, NodeHealth::NotReady { .. }) {
+                count.not_ready += 1;
+                if down.insert((node.zone.as_str(), node.slice.as_str())) {
+                    count.not_ready_slices += 1;
+                }
+            }
         }
+        let zones = zones
+            .into_iter()
+            .map(|(zone, count)| (zone.to_string(), count))
+            .collect();
         self.zones = zones;
     }
 
     /// The loss of these nodes may be held: each NotReady one (and there is one) is in a
-    /// zone `zone_held` accepts (see [`ZoneCount::mass_loss`]). Nodes gone, being deleted or
-    /// marked for termination are never held.
+    /// zone `zone_held` accepts, by name and count (see [`ZoneCount::mass_loss`]). Nodes
+    /// gone, being deleted or marked for termination are never held.
     pub fn loss_held<'n>(
         &self,
         nodes: impl IntoIterator<Item = &'n str>,
-        zone_held: impl Fn(&ZoneCount) -> bool,
+        zone_held: impl Fn(&str, &ZoneCount) -> bool,
     ) -> bool {
         let mut any = false;
         for name in nodes {
@@ -259,7 +274,10 @@ impl Inventory {
                 Some(n) => match n.health {
                     NodeHealth::Terminating { .. } => return false,
                     NodeHealth::NotReady { .. } => {
-                        let held = self.zones.get(&n.zone).is_some_and(&zone_held);
+                        let held = self
+                            .zones
+                            .get(&n.zone)
+                            .is_some_and(|z| zone_held(&n.zone, z));
                         if !held {
                             return false;
                         }

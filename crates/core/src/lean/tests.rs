@@ -356,16 +356,39 @@ fn a_disrupted_pod_keeps_who_ended_it_and_how() {
     );
     assert_eq!(
         ending.conditions,
-        [("DisruptionTarget".to_string(), "True".to_string())],
-        "Ready is a condition every pod has"
+        [
+            ("Ready".to_string(), "False".to_string()),
+            ("DisruptionTarget".to_string(), "True".to_string())
+        ],
+        "every condition, for onPodConditions rules"
     );
     assert!(pod.rejection.is_none(), "it ran: no admission refusal");
 }
 
 /// A reason only the platform writes is a disruption without the condition; any other
-/// reason (a pod's own deadline) is not. A restarted container's exit is its last state's.
+/// reason (a pod's own deadline) is not, nor an eviction for the pod's own storage limits
+/// (the kubelet sets no condition for those). A restarted container's exit is its last
+/// state's, also while it waits in a crash-loop backoff.
 #[test]
 fn platform_reasons_and_restarted_containers() {
+    let evicted = |message: &str| -> LeanPod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p"},
+            "status": {"phase": "Failed", "reason": "Evicted", "message": message,
+                "containerStatuses": [{"name": "main",
+                    "state": {"terminated": {"exitCode": 137, "containerID": "c://1"}}}]}
+        }))
+        .unwrap()
+    };
+    let pressure = evicted("The node was low on resource: memory. Threshold quantity: 100Mi.");
+    assert_eq!(pressure.disruption().unwrap().reason, "Evicted");
+    let condition = evicted("The node had condition: [DiskPressure]. ");
+    assert!(condition.disruption().is_some());
+    let own_storage = evicted("Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Gi\". ");
+    assert!(own_storage.disruption().is_none(), "the job's own doing");
+    let own_ephemeral =
+        evicted("Pod ephemeral local storage usage exceeds the total limit of containers 1Gi. ");
+    assert!(own_ephemeral.disruption().is_none());
     let with = |reason: &str| -> LeanPod {
         serde_json::from_value(json!({
             "metadata": {"name": "p"},
@@ -375,8 +398,27 @@ fn platform_reasons_and_restarted_containers() {
         }))
         .unwrap()
     };
-    assert_eq!(with("Evicted").disruption().unwrap().reason, "Evicted");
+    assert_eq!(
+        with("Terminated").disruption().unwrap().reason,
+        "Terminated"
+    );
+    assert_eq!(
+        with("NodeShutdown").disruption().unwrap().reason,
+        "NodeShutdown"
+    );
+    assert_eq!(
+        with("Preempting").disruption().unwrap().reason,
+        "Preempting"
+    );
     assert!(with("DeadlineExceeded").disruption().is_none());
+    let backing_off: LeanPod = serde_json::from_value(json!({
+        "metadata": {"name": "p"},
+        "status": {"phase": "Running", "containerStatuses": [{"name": "main", "restartCount": 3,
+            "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+            "lastState": {"terminated": {"exitCode": 7, "containerID": "c://1"}}}]}
+    }))
+    .unwrap();
+    assert_eq!(backing_off.ending.as_deref().unwrap().exits[0].exit_code, 7);
     let restarted: LeanPod = serde_json::from_value(json!({
         "metadata": {"name": "p"},
         "status": {"phase": "Running", "containerStatuses": [{"name": "main", "restartCount": 2,

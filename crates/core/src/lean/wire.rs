@@ -158,7 +158,6 @@ fn ending(status: &PodStatus, rejected: bool) -> Option<Box<Ending>> {
     }
     let conditions = conditions
         .iter()
-        .filter(|c| !COMMON_POD_CONDITIONS.contains(&c.type_.as_str()))
         .map(|c| (c.type_.clone(), c.status.clone()))
         .collect();
     Some(Box::new(Ending {
@@ -187,7 +186,8 @@ fn disruption(status: &PodStatus, conditions: &[Condition]) -> Option<Disruption
                 .unwrap_or_default(),
         });
     }
-    let reason = pod_reason.filter(|r| is_platform_reason(r))?;
+    let message = status.message.as_deref().unwrap_or_default();
+    let reason = pod_reason.filter(|r| is_platform_reason(r, message))?;
     Some(Disruption {
         reason,
         pod_reason: None,
@@ -206,11 +206,11 @@ impl ContainerStatus {
                 .exit_code
                 .filter(|c| *c != 0)
         };
+        // Not terminated now (running again, or waiting in a crash-loop backoff): the exit
+        // before the restart.
         let exit_code = exit(&self.state).or_else(|| {
-            let running = self.state.as_ref().is_some_and(|s| s.running.is_some());
-            (running || self.state.is_none())
-                .then(|| exit(&self.last_state))
-                .flatten()
+            let terminated = self.state.as_ref().is_some_and(|s| s.terminated.is_some());
+            (!terminated).then(|| exit(&self.last_state)).flatten()
         })?;
         Some(ContainerExit {
             container: self.name.clone(),

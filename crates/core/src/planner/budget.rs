@@ -126,14 +126,15 @@ pub(super) fn charge(
             .extend((0..tally.failures).map(|_| stamp(now)));
     }
     let counted = failures_counted(memory, policy, now);
+    let base = SignedDuration::from_secs(policy.backoff_seconds.into());
     if tally.failures > 0 {
         memory.last_failure_time = Some(stamp(now));
-        let wait = policy::backoff(
-            counted.max(1),
-            SignedDuration::from_secs(policy.backoff_seconds.into()),
-            SignedDuration::from_secs(policy.max_backoff_seconds.into()),
-        );
+        let max = SignedDuration::from_secs(policy.max_backoff_seconds.into());
+        let wait = policy::backoff(counted.max(1), base, max);
         memory.backoff_until = now.saturating_add(wait).ok().map(stamp);
+    } else if tally.ignored > 0 {
+        // Uncharged, but not at once: the base backoff, never growing.
+        memory.backoff_until = now.saturating_add(base).ok().map(stamp);
     }
     if let Some(fatal) = &tally.fatal {
         return Some(RunFailure::new(

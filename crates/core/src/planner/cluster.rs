@@ -175,7 +175,12 @@ impl<'a> Planner<'a> {
         let mut head = head::memory(self.previous, past.reset);
         let head_exhausted = self.judge_head(&head_pods, &mut head);
         // The run as a whole fails: its deadline passed, or its head's budget is spent.
-        let run_failure = self.check_deadline().or(head_exhausted);
+        // A run that failed already keeps the reason it failed with.
+        let deadline = match past.sticky {
+            Some(_) => None,
+            None => self.check_deadline(),
+        };
+        let run_failure = deadline.or(head_exhausted);
         let sticky = past.sticky.clone().or(run_failure.clone());
         let mut summaries = Vec::new();
         for group in groups {
@@ -203,11 +208,16 @@ impl<'a> Planner<'a> {
         let held = std::mem::take(&mut self.held);
         let (inventory, previous, now) = (self.inventory, self.previous, self.now);
         let mut plan = self.finish(summaries, head, run_failure);
-        let percent = tc.spec.failure_policy.mass_node_loss_percent;
-        let generation = tc.metadata.generation;
-        brake::report(
-            &mut plan, &held, previous, inventory, percent, generation, now,
-        );
+        let report = brake::Report {
+            held: &held,
+            previous,
+            inventory,
+            percent: tc.spec.failure_policy.mass_node_loss_percent,
+            grace: grace_of(tc),
+            generation: tc.metadata.generation,
+            now,
+        };
+        brake::report(&mut plan, &report);
         spares_last(&mut plan);
         end_refusal_untried(&mut plan, refusal_may_end);
         plan
@@ -298,6 +308,12 @@ fn group_memory(previous: &TrainClusterStatus, name: &str, reset_budget: bool) -
         budget::reset(&mut memory);
     }
     memory
+}
+
+/// How long a NotReady node is tolerated before its group counts as lost.
+pub(super) fn grace_of(tc: &TrainCluster) -> jiff::SignedDuration {
+    let seconds = tc.spec.failure_policy.node_not_ready_grace_seconds;
+    jiff::SignedDuration::from_secs(seconds.into())
 }
 
 #[cfg(test)]

@@ -46,7 +46,7 @@ impl<'a> Planner<'a> {
 
         // Observe and judge: what runs, what must go, what broke and what that costs.
         let observed = self.observe_group(group, &pods, grace, &recognised, &mut memory);
-        self.note_held(name, &observed);
+        self.note_held(name, &observed, &self.brake(grace));
         memory.lingering_taints = self.lingering_taints(&observed, grace);
         let spare_sets = self.observe_spares(group, &spare_pods, grace);
         let spare_slices = spares::own_spare_slices(&spare_sets);
@@ -175,8 +175,7 @@ impl<'a> Planner<'a> {
 
     /// How long a NotReady node is tolerated before its group counts as lost.
     fn node_grace(&self) -> SignedDuration {
-        let seconds = self.tc.spec.failure_policy.node_not_ready_grace_seconds;
-        SignedDuration::from_secs(seconds.into())
+        super::cluster::grace_of(self.tc)
     }
 
     /// Gather the group's pods into replicas (pods with no usable replica index are deleted:

@@ -20,6 +20,9 @@ pub(super) struct Tally {
     pub broken_current_epoch: bool,
     /// A `FailJob` rule matched: why (the first such break).
     pub fatal: Option<String>,
+    /// Failures an `Ignore` rule matched: charged to nothing, but backed off from (a
+    /// retriable exit that repeats must not restart whole slices in a tight loop).
+    pub ignored: u32,
 }
 
 /// The verdicts applied: replicas kept, replicas to delete.
@@ -78,7 +81,8 @@ pub(super) fn judge_replicas<'r, 'a>(
                     DisruptionKind::Fatal => {
                         tally.fatal.get_or_insert_with(|| reason.to_string());
                     }
-                    DisruptionKind::Maintenance | DisruptionKind::Ignored => {}
+                    DisruptionKind::Ignored => tally.ignored += 1,
+                    DisruptionKind::Maintenance => {}
                 }
                 // A member that never got going (cut short, never scheduled, refused by its
                 // kubelet) is replaced into an epoch that has not run whole yet.
@@ -98,10 +102,17 @@ pub(super) fn judge_replicas<'r, 'a>(
             Verdict::Healthy | Verdict::Completed | Verdict::Held { .. } => kept.push(replica),
         }
     }
-    // A multislice job restarts as one: one restart however many slices failed.
+    // A multislice job restarts as one: one restart however many slices failed. When the
+    // platform took a slice, the others failing in the same breath are its consequence
+    // (peers lose their collective), not the job's failure.
     if multislice {
-        tally.failures = tally.failures.min(1);
         tally.preemptions = tally.preemptions.min(1);
+        tally.failures = if tally.preemptions > 0 {
+            0
+        } else {
+            tally.failures.min(1)
+        };
+        tally.ignored = tally.ignored.min(1);
     }
     Judgement {
         kept,
@@ -253,22 +264,30 @@ mod tests {
 
     #[test]
     fn a_multislice_job_is_charged_once_however_many_slices_broke() {
-        let observed = observed(vec![
+        let broken = observed(vec![
             replica(0, Some(3), failed("p0")),
             replica(1, Some(3), failed("p1")),
             replica(2, Some(3), lost("p2")),
             replica(3, Some(3), lost("p3")),
         ]);
-        let judged = judge_replicas(&observed, 3, true, &[], false);
+        let judged = judge_replicas(&broken, 3, true, &[], false);
         assert_eq!(
             judged.tally,
             Tally {
-                failures: 1,
+                failures: 0,
                 preemptions: 1,
                 broken_current_epoch: true,
                 fatal: None,
-            }
+                ignored: 0,
+            },
+            "the failures beside a lost slice are its consequence"
         );
+        let only_failures = observed(vec![
+            replica(0, Some(3), failed("p0")),
+            replica(1, Some(3), failed("p1")),
+        ]);
+        let judged = judge_replicas(&only_failures, 3, true, &[], false);
+        assert_eq!((judged.tally.failures, judged.tally.preemptions), (1, 0));
     }
 
     #[test]

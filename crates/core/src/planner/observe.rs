@@ -77,7 +77,7 @@ pub struct Judging<'a> {
     /// `failurePolicy.rules`: what a failed or disrupted member counts as.
     pub rules: &'a [crate::api::FailureRule],
     /// The brake on mass node loss.
-    pub brake: Brake,
+    pub brake: Brake<'a>,
 }
 
 /// Group this worker group's pods by replica index. Pods whose replica index label is
@@ -331,7 +331,7 @@ pub fn is_running_and_ready(pod: &LeanPod) -> bool {
 mod facts;
 mod loss;
 pub use facts::PodFacts;
-pub use loss::{Brake, Hold};
+pub use loss::{Brake, Hold, MASS_LOSS_HOLD_LIMIT};
 pub(super) use loss::{disrupted, kubelet_rejected, slice_lost_unheld, terminating};
 use loss::{loss_hold, member_lost, node_lost};
 

@@ -17,9 +17,11 @@ pub(super) fn first_match<'r>(
         .find(|(_, rule)| matches(rule, ending))
 }
 
+/// Exit-code rules are about the program: a container the platform killed (a node
+/// shutdown, an eviction) exits 137 or 143 for the platform's reasons, and matches none.
 fn matches(rule: &FailureRule, ending: &Ending) -> bool {
     if let Some(codes) = &rule.on_exit_codes {
-        return exit_codes_match(codes, ending);
+        return ending.disruption.is_none() && exit_codes_match(codes, ending);
     }
     rule.on_pod_conditions
         .as_deref()

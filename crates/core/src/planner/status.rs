@@ -43,6 +43,7 @@ pub(super) fn cluster_status(
         spare_retry_after: previous.spare_retry_after.clone(),
         avoided_slices: Vec::new(),
         kubelet_rejections: Vec::new(),
+        node_loss_zones: previous.node_loss_zones.clone(),
         conditions: previous.conditions.clone(),
         groups: groups.iter().map(|g| g.status.clone()).collect(),
         head: None,

@@ -395,6 +395,60 @@ async fn invalid_specs_are_rejected_by_the_api_or_reported_in_status() {
         "{combined}"
     );
     assert!(!combined.contains("<nil>"), "{combined}");
+    // The failure policy's new fields, refused with their messages (issue 25).
+    let policy = |edit: &dyn Fn(&mut TrainCluster)| {
+        let mut tc = fine.clone();
+        edit(&mut tc);
+        tc
+    };
+    let both = policy(&|tc| {
+        tc.spec.failure_policy.rules = vec![slice_core::api::FailureRule {
+            action: slice_core::api::RuleAction::Ignore,
+            on_exit_codes: slice_testkit::exit_code_rule(
+                slice_core::api::RuleAction::Ignore,
+                slice_core::api::ExitCodeOperator::In,
+                &[75],
+            )
+            .on_exit_codes,
+            on_pod_conditions: Some(vec![slice_core::api::PodConditionPattern {
+                type_: "DisruptionTarget".into(),
+                status: "True".into(),
+            }]),
+        }]
+    });
+    let refusal = refused(both, "rules-both").await;
+    assert!(
+        refusal.contains("set exactly one of onExitCodes or onPodConditions"),
+        "{refusal}"
+    );
+    let zero = policy(&|tc| {
+        tc.spec.failure_policy.rules = vec![slice_testkit::exit_code_rule(
+            slice_core::api::RuleAction::FailJob,
+            slice_core::api::ExitCodeOperator::In,
+            &[0, 3],
+        )]
+    });
+    let refusal = refused(zero, "rules-zero").await;
+    assert!(
+        refusal.contains("0 cannot be used with operator In"),
+        "{refusal}"
+    );
+    for (name, edit) in [
+        (
+            "short-window",
+            &(|tc: &mut TrainCluster| tc.spec.failure_policy.restart_window_seconds = Some(30))
+                as &dyn Fn(&mut TrainCluster),
+        ),
+        ("brake-over", &|tc: &mut TrainCluster| {
+            tc.spec.failure_policy.mass_node_loss_percent = 101
+        }),
+        ("no-deadline", &|tc: &mut TrainCluster| {
+            tc.spec.active_deadline_seconds = Some(0)
+        }),
+    ] {
+        let refusal = refused(policy(edit), name).await;
+        assert!(refusal.contains("Invalid value"), "{name}: {refusal}");
+    }
     // What CEL cannot see (chips per host vs topology) the operator reports by field.
     tc.spec.worker_groups[0].slices.min = 1;
     tc.spec.worker_groups[0].tpu.as_mut().unwrap().topology = "1x1".into();

@@ -33,21 +33,50 @@ async fn wait_replaced(env: &Env, name: &str, slices: u32, old: &[String]) -> Ve
     .await
 }
 
+/// One independent slice, `maxRestarts` within a window of `seconds`, no backoff.
+fn windowed(env: &Env, max_restarts: u32, seconds: u32) -> TrainCluster {
+    let mut tc = env.train_cluster("demo", Membership::Independent, 1, 1);
+    tc.spec.failure_policy.max_restarts = max_restarts;
+    tc.spec.failure_policy.restart_window_seconds = Some(seconds);
+    tc.spec.failure_policy.backoff_seconds = 0;
+    tc
+}
+
+/// The first of `pods` fails (exit 1); returns them.
+async fn fail_first(env: &Env, pods: Vec<Pod>) -> Vec<Pod> {
+    let victim = pods[0].metadata.name.clone().unwrap();
+    slice_sim::fail_pod(&env.client, &env.namespace, &victim, 1)
+        .await
+        .unwrap();
+    pods
+}
+
 fn uids(pods: &[Pod]) -> Vec<String> {
     pods.iter().map(uid).collect()
 }
 
+/// GKE's graceful node shutdown: the kubelets of one slice end its pods (Failed,
+/// `Terminated`, DisruptionTarget) before any taint, then their nodes go NotReady, as a
+/// shutting-down kubelet reports; the job restarts on the spare slice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graceful_node_shutdown_before_the_taint_is_one_preemption_and_no_failure() {
-    let env = env_with("shutdown", 2).await;
+    let env = env_with("shutdown", 3).await;
     env.create(&env.train_cluster("demo", Membership::Multislice, 2, 2))
         .await;
     let (_, pods) = env.wait_running("demo", 2, 4).await;
-    // The kubelets of pool-0 end their pods as the node-shutdown manager does; no taint yet.
-    let ended = platform_faults::shut_down_pool_pods(&env.client, &env.pool("pool-0"))
+    let pool = label(&pods[0], LABEL_SLICE);
+    let ended = platform_faults::shut_down_pool_pods(&env.client, &pool)
         .await
         .unwrap();
     assert_eq!(ended, 4);
+    for node in slice_sim::nodes::pool_node_names(&env.client, &pool)
+        .await
+        .unwrap()
+    {
+        slice_sim::nodes::set_node_ready(&env.client, &node, false)
+            .await
+            .unwrap();
+    }
     wait_replaced(&env, "demo", 2, &uids(&pods)).await;
     let status = status(&env, "demo").await;
     assert_eq!((status.restarts, status.preemptions), (0, 1), "{status:?}");
@@ -225,17 +254,10 @@ async fn an_ignored_exit_code_restarts_the_job_uncharged() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn six_failures_within_the_window_fail_the_run() {
     let env = env_with("window", 1).await;
-    let mut tc = env.train_cluster("demo", Membership::Independent, 1, 1);
-    tc.spec.failure_policy.max_restarts = 5;
-    tc.spec.failure_policy.restart_window_seconds = Some(3600);
-    tc.spec.failure_policy.backoff_seconds = 0;
-    env.create(&tc).await;
+    env.create(&windowed(&env, 5, 3600)).await;
     let mut pods = env.wait_running("demo", 1, 4).await.1;
     for failure in 1..=6u32 {
-        let victim = pods[0].metadata.name.clone().unwrap();
-        slice_sim::fail_pod(&env.client, &env.namespace, &victim, 1)
-            .await
-            .unwrap();
+        pods = fail_first(&env, pods).await;
         if failure == 6 {
             break;
         }
@@ -255,5 +277,41 @@ async fn six_failures_within_the_window_fail_the_run() {
         "{}",
         failed.message
     );
+    env.stop().await;
+}
+
+/// `maxRestarts: 1` within 60 s: a failure that has left the window is forgiven (the run
+/// goes on after a second failure 60 s later), while two within it fail the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_that_left_the_window_is_forgiven() {
+    let env = env_with("window-forgives", 1).await;
+    env.create(&windowed(&env, 1, 60)).await;
+    let pods = fail_first(&env, env.wait_running("demo", 1, 4).await.1).await;
+    let pods = wait_replaced(&env, "demo", 1, &uids(&pods)).await;
+    assert_eq!(
+        status(&env, "demo").await.groups[0].restarts_in_window,
+        Some(1)
+    );
+    // The planner looks again when the failure leaves the window, and says so.
+    env.wait_for(
+        "the first failure out of the window",
+        Duration::from_secs(90),
+        || async {
+            let s = status(&env, "demo").await;
+            (s.groups[0].restarts_in_window == Some(0)).then_some(())
+        },
+    )
+    .await;
+    let pods = fail_first(&env, pods).await;
+    let pods = wait_replaced(&env, "demo", 1, &uids(&pods)).await;
+    let s = status(&env, "demo").await;
+    assert_eq!(
+        (s.restarts, s.groups[0].restarts_in_window),
+        (2, Some(1)),
+        "forgiven"
+    );
+    fail_first(&env, pods).await;
+    let tc = env.wait_phase("demo", Phase::Failed).await;
+    assert_eq!(tc.status.unwrap().groups[0].restarts_in_window, Some(2));
     env.stop().await;
 }

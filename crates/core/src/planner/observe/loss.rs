@@ -41,15 +41,23 @@ pub(super) fn node_lost(
     }
 }
 
+/// How long the brake holds a mass loss at most: a zone whose nodes stay NotReady that long
+/// is really down, and its groups go (the cluster waits for slices, or shrinks).
+pub const MASS_LOSS_HOLD_LIMIT: SignedDuration = SignedDuration::from_mins(10);
+
 /// The brake on mass node loss, as one plan sees it.
 #[derive(Clone, Copy, Debug)]
-pub struct Brake {
+pub struct Brake<'a> {
     /// `failurePolicy.massNodeLossPercent` (0: off).
     pub percent: u32,
-    /// When the brake last let go, if it did: a node still NotReady then gets a new grace
-    /// from that moment (a zone comes back one node at a time, and the last ones must not
-    /// be taken for lost the moment the share falls below the threshold).
+    /// When the brake engaged, if it holds now (the hold ends [`MASS_LOSS_HOLD_LIMIT`] later).
+    pub engaged: Option<Timestamp>,
+    /// When the brake last let go, if it did, and the zones it held: a node of those zones
+    /// still NotReady then gets a new grace from that moment (a zone comes back one node at
+    /// a time, and the last ones must not be taken for lost the moment the share falls
+    /// below the threshold).
     pub released: Option<Timestamp>,
+    pub held_zones: &'a [String],
     pub grace: SignedDuration,
     pub now: Timestamp,
 }
@@ -63,11 +71,19 @@ pub enum Hold {
     AfterRelease(Timestamp),
 }
 
-impl Brake {
+impl Brake<'_> {
     /// When the grace after the brake's release ends, if it has not yet.
-    fn release_grace_end(&self) -> Option<Timestamp> {
+    pub fn release_grace_end(&self) -> Option<Timestamp> {
         let end = self.released?.saturating_add(self.grace).ok()?;
         (end > self.now).then_some(end)
+    }
+
+    /// When a hold that begins or goes on now must end.
+    pub fn hold_ends(&self) -> Timestamp {
+        self.engaged
+            .unwrap_or(self.now)
+            .saturating_add(MASS_LOSS_HOLD_LIMIT)
+            .unwrap_or(Timestamp::MAX)
     }
 
     /// Whether (and why) the brake holds the loss of these nodes (their slice's hosts all
@@ -82,12 +98,14 @@ impl Brake {
         if !complete {
             return None;
         }
-        if inventory.loss_held(nodes.clone(), |z| z.mass_loss(self.percent)) {
+        let in_time = self.hold_ends() > self.now;
+        if in_time && inventory.loss_held(nodes.clone(), |_, z| z.mass_loss(self.percent)) {
             return Some(Hold::Mass);
         }
         let end = self.release_grace_end()?;
+        let held_zone = |zone: &str, _: &_| self.held_zones.iter().any(|z| z == zone);
         inventory
-            .loss_held(nodes, |_| true)
+            .loss_held(nodes, held_zone)
             .then_some(Hold::AfterRelease(end))
     }
 }
@@ -96,7 +114,7 @@ impl Brake {
 pub(crate) fn slice_lost_unheld(
     inventory: &Inventory,
     slice: &Slice,
-    brake: &Brake,
+    brake: &Brake<'_>,
 ) -> Option<String> {
     let lost = inventory.slice_lost(slice, brake.now, brake.grace)?;
     slice_hold(inventory, slice, brake)
@@ -104,7 +122,7 @@ pub(crate) fn slice_lost_unheld(
         .then_some(lost)
 }
 
-fn slice_hold(inventory: &Inventory, slice: &Slice, brake: &Brake) -> Option<Hold> {
+fn slice_hold(inventory: &Inventory, slice: &Slice, brake: &Brake<'_>) -> Option<Hold> {
     let complete = slice.hosts_present() >= slice.hosts_expected;
     brake.holds(inventory, slice.nodes.iter().map(String::as_str), complete)
 }
@@ -116,7 +134,7 @@ pub(super) fn loss_hold(
     facts: &[PodFacts<'_>],
     pinned: Option<&str>,
     inventory: &Inventory,
-    brake: &Brake,
+    brake: &Brake<'_>,
 ) -> Option<Hold> {
     match pinned.and_then(|id| inventory.slice(id)) {
         Some(slice) => slice_hold(inventory, slice, brake),
@@ -161,9 +179,13 @@ pub(super) fn member_lost(
         })
 }
 
-/// The platform's disruption of a member, as a reason to delete its group.
+/// The platform's disruption of a member, as a reason to delete its group: only once the
+/// pod has failed or is being deleted (the scheduler and the eviction API set the condition
+/// before their delete, and a delete that never came leaves it on a running pod until the
+/// disruption controller clears it).
 pub(crate) fn disrupted(pod: &LeanPod) -> Option<DeleteReason> {
-    let d = pod.disruption()?;
+    let ended = pod.phase.as_deref() == Some("Failed") || terminating(pod);
+    let d = pod.disruption().filter(|_| ended)?;
     let reason = match &d.pod_reason {
         Some(pod_reason) => format!("{}, {pod_reason}", d.reason),
         None => d.reason.clone(),

@@ -35,7 +35,9 @@ fn observe(scene: &Scene) -> (BTreeMap<u32, ObservedReplica<'_>>, Vec<&LeanPod>)
         rules: &[],
         brake: super::Brake {
             percent: 55,
+            engaged: None,
             released: None,
+            held_zones: &[],
             grace: GRACE,
             now: scene.world.now,
         },

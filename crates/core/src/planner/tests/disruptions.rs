@@ -3,17 +3,6 @@
 
 use super::*;
 
-fn settled(membership: Membership, slices: u32) -> World {
-    let mut world = World::new(train_cluster(membership, 1, slices), v6e_pools(slices));
-    world.settle(5);
-    assert_eq!(world.status().phase, Phase::Running);
-    world
-}
-
-fn codes(plan: &Plan) -> BTreeSet<&'static str> {
-    plan.delete.iter().map(|d| d.reason.code()).collect()
-}
-
 /// GKE's graceful node shutdown fails every pod of a slice (`Terminated`, DisruptionTarget
 /// `TerminationByKubelet`) before the `impending-node-termination` taint reaches the node
 /// watch: one preemption, no failure, no backoff.
@@ -114,8 +103,9 @@ fn a_fail_job_exit_code_is_terminal_at_once() {
     assert_eq!(world.status().phase, Phase::Failed, "and stays failed");
 }
 
-/// An exit code an `Ignore` rule names restarts the group, uncharged and without backoff;
-/// another code still counts.
+/// An exit code an `Ignore` rule names restarts the group, uncharged, after the base
+/// backoff (never growing: a retriable exit that repeats must not restart slices in a
+/// tight loop); another code still counts.
 #[test]
 fn an_ignored_exit_code_restarts_uncharged_and_others_still_count() {
     let mut world = settled(Membership::Independent, 1);
@@ -129,10 +119,27 @@ fn an_ignored_exit_code_restarts_uncharged_and_others_still_count() {
     assert_eq!(codes(&plan), BTreeSet::from(["FailureIgnored"]));
     let status = world.status();
     assert_eq!((status.restarts, status.preemptions), (0, 0));
-    assert_eq!(status.groups[0].backoff_until, None);
+    let backoff = status.groups[0]
+        .backoff_until
+        .clone()
+        .expect("a base backoff");
+    assert_eq!(backoff.0, world.now + secs(10), "backoffSeconds, uncharged");
     assert_eq!(status.groups[0].last_disruptions[0].counted_as, "Ignored");
+    assert!(world.step().create.is_empty(), "not before the backoff");
+    world.now += secs(10);
     world.settle(5);
-    assert_eq!(world.status().phase, Phase::Running, "replaced at once");
+    assert_eq!(world.status().phase, Phase::Running, "replaced after it");
+    exit_pod(world.pod_mut("demo-workers-0-1"), 75);
+    world.step();
+    let status = world.status();
+    assert_eq!(status.restarts, 0);
+    assert_eq!(
+        status.groups[0].backoff_until.clone().unwrap().0,
+        world.now + secs(10),
+        "an ignored exit again: the same base backoff, not a doubled one"
+    );
+    world.now += secs(10);
+    world.settle(5);
     exit_pod(world.pod_mut("demo-workers-0-0"), 1);
     world.step();
     assert_eq!(world.status().restarts, 1, "exit 1 is no exit 75");
@@ -197,163 +204,177 @@ fn a_run_past_its_deadline_fails_and_stops() {
     assert_eq!(world.status().start_time, Some(started));
 }
 
-/// Every node of the zone NotReady at once past the grace (a control-plane or network
-/// fault): nothing is deleted, the condition and one event say why; once the nodes are
-/// back the brake lets go.
+/// A head the platform ended (a kubelet's eviction) is a preemption: replaced at once,
+/// never charged; a head exiting with a code a FailJob rule names fails the run; and the
+/// head's failures count over the restart window like a group's.
 #[test]
-fn a_zone_wide_blip_deletes_nothing() {
-    let mut world = settled(Membership::Multislice, 3);
-    let pods_before: Vec<_> = world.pods.iter().map(|p| p.metadata.uid.clone()).collect();
-    let nodes: Vec<String> = world
-        .nodes
-        .iter()
-        .map(|n| n.metadata.name.clone().unwrap())
-        .collect();
-    let now = world.now;
-    for n in &nodes {
-        set_not_ready(world.node_mut(n), now);
-    }
-    world.now = now + secs(60);
-    let plan = world.step();
-    assert!(plan.delete.is_empty(), "{:?}", codes(&plan));
-    let status = world.status();
-    let held = condition(&status, CONDITION_NODE_LOSS_HELD);
-    assert_eq!(
-        (held.status.as_str(), held.reason.as_str()),
-        ("True", "MassNodeLoss")
+fn the_head_is_judged_by_the_same_rules_as_the_workers() {
+    let mut world = super::lifecycle::with_head(settled(Membership::Independent, 1));
+    world.cluster.spec.failure_policy.max_restarts = 1;
+    world.cluster.spec.failure_policy.restart_window_seconds = Some(600);
+    world.cluster.spec.failure_policy.rules = vec![exit_code_rule(
+        RuleAction::FailJob,
+        ExitCodeOperator::In,
+        &[3],
+    )];
+    let end_head = |world: &mut World, end: &dyn Fn(&mut Pod), uid: &str| {
+        let head = world.pod_mut("demo-head");
+        end(head);
+        head.metadata.uid = Some(uid.into());
+        world.step()
+    };
+    // The next head, as soon as the planner creates it (`wait`: after a backoff).
+    let next_head = |world: &mut World, wait: i64| {
+        world.now += secs(wait);
+        let head = world.step().create_head.expect("a new head");
+        world.pods.push(Arc::new(run_on(head, "cpu-node")));
+    };
+    let plan = end_head(
+        &mut world,
+        &|p| disrupt_pod(p, "Evicted", "low on memory"),
+        "head-1",
     );
     assert!(
-        held.message.contains("12 of 12 TPU nodes NotReady"),
-        "{}",
-        held.message
-    );
-    assert_eq!(
         plan.events
             .iter()
-            .filter(|e| e.reason == "MassNodeLoss")
-            .count(),
-        1
+            .any(|e| e.note.contains("counted as Preemption"))
     );
-    assert!(
-        world
-            .step()
-            .events
-            .iter()
-            .all(|e| e.reason != "MassNodeLoss"),
-        "said once"
-    );
-    assert_eq!(status.preemptions, 0);
-    // Back: nothing was deleted, the brake lets go.
-    for n in &nodes {
-        set_ready_since(world.node_mut(n), now + secs(61));
-    }
-    world.now = now + secs(62);
-    let plan = world.step();
-    assert!(plan.delete.is_empty());
-    assert!(plan.events.iter().any(|e| e.reason == "NodeLossReleased"));
     let status = world.status();
-    let held = condition(&status, CONDITION_NODE_LOSS_HELD);
-    assert_eq!(held.status, "False");
-    let pods_after: Vec<_> = world.pods.iter().map(|p| p.metadata.uid.clone()).collect();
-    assert_eq!(pods_before, pods_after);
+    assert_eq!((status.restarts, status.preemptions), (0, 1));
+    next_head(&mut world, 0);
+    // Two ordinary failures 10 minutes apart: the window forgives the first.
+    end_head(&mut world, &|p| exit_pod(p, 1), "head-2");
+    assert_eq!(world.status().head.unwrap().window_failures.len(), 1);
+    next_head(&mut world, 601);
+    end_head(&mut world, &|p| exit_pod(p, 1), "head-3");
+    let status = world.status();
+    assert_ne!(status.phase, Phase::Failed, "one failure within the window");
+    assert_eq!(status.head.as_ref().unwrap().restarts, 2, "two in all");
+    next_head(&mut world, 10);
+    end_head(&mut world, &|p| exit_pod(p, 3), "head-4");
+    let status = world.status();
+    assert_eq!(status.phase, Phase::Failed);
+    let failed = condition(&status, CONDITION_FAILED);
+    assert_eq!(failed.reason, "FailJobRule");
 }
 
-/// One slice of three NotReady is local trouble: lost after the grace, as always; and the
-/// brake turned off (`massNodeLossPercent: 0`) holds nothing.
+/// A running pod still carrying a `DisruptionTarget` condition (a preemption or eviction
+/// whose delete never came; the disruption controller clears it after 2 minutes) is no
+/// disruption: its group runs on.
 #[test]
-fn local_trouble_is_judged_node_by_node() {
-    let mut world = settled(Membership::Independent, 3);
-    let now = world.now;
-    for h in 0..4 {
-        set_not_ready(world.node_mut(&format!("pool-1-{h}")), now);
-    }
-    world.now = now + secs(31);
-    assert_eq!(codes(&world.step()), BTreeSet::from(["NodeLost"]));
-
-    let mut world = settled(Membership::Independent, 3);
-    world.cluster.spec.failure_policy.mass_node_loss_percent = 0;
-    let nodes: Vec<String> = world
-        .nodes
-        .iter()
-        .map(|n| n.metadata.name.clone().unwrap())
-        .collect();
-    for n in &nodes {
-        set_not_ready(world.node_mut(n), now);
-    }
-    world.now = now + secs(31);
-    let plan = world.step();
-    assert_eq!(plan.delete.len(), 3, "every group lost");
-    assert_eq!(codes(&plan), BTreeSet::from(["NodeLost"]));
-}
-
-/// A zone comes back a node at a time: once the share of NotReady nodes falls below the
-/// threshold, the ones still NotReady get a new grace from that moment, not taken for lost
-/// at once; one still NotReady after that grace is lost.
-#[test]
-fn the_brake_lets_go_with_a_fresh_grace_for_the_nodes_still_down() {
-    let mut world = settled(Membership::Independent, 3);
-    let nodes: Vec<String> = world
-        .nodes
-        .iter()
-        .map(|n| n.metadata.name.clone().unwrap())
-        .collect();
-    let start = world.now;
-    for n in &nodes {
-        set_not_ready(world.node_mut(n), start);
-    }
-    world.now = start + secs(60);
-    assert!(world.step().delete.is_empty(), "held");
-    // Pools 0 and 1 are back; pool 2 (4 of 12 nodes) is still down: local trouble now.
-    for n in nodes.iter().filter(|n| !n.starts_with("pool-2")) {
-        set_ready_since(world.node_mut(n), start + secs(61));
-    }
-    world.now = start + secs(62);
-    let plan = world.step();
-    assert!(plan.delete.is_empty(), "a fresh grace: {:?}", codes(&plan));
-    assert!(plan.events.iter().any(|e| e.reason == "NodeLossReleased"));
-    assert_eq!(
-        plan.requeue_after,
-        Some(std::time::Duration::from_secs(30)),
-        "look again when that grace ends"
-    );
-    world.now = start + secs(91);
-    assert!(world.step().delete.is_empty(), "still within it");
-    world.now = start + secs(92);
-    assert_eq!(codes(&world.step()), BTreeSet::from(["NodeLost"]));
-}
-
-/// A node Ready again whose lifecycle taint the controller-manager is slow to remove: its
-/// group runs on, and once the taint outlives the grace the group's status names it (one
-/// wording, written once).
-#[test]
-fn a_lingering_lifecycle_taint_keeps_the_group_and_is_reported_after_the_grace() {
+fn a_stale_disruption_condition_on_a_running_pod_breaks_nothing() {
     let mut world = settled(Membership::Independent, 1);
-    let start = world.now;
-    let node = "pool-0-1";
-    set_ready_since(world.node_mut(node), start + secs(5));
-    add_lifecycle_taint(world.node_mut(node), TAINT_UNREACHABLE, start);
-    world.now = start + secs(20);
-    let plan = world.step();
-    assert!(plan.delete.is_empty());
-    assert!(
-        world.status().groups[0].lingering_taints.is_empty(),
-        "within the grace"
-    );
-    assert_eq!(plan.requeue_after, Some(std::time::Duration::from_secs(15)));
-    world.now = start + secs(35);
+    let pod = world.pod_mut("demo-workers-0-2");
+    let conditions = pod.status.as_mut().unwrap().conditions.as_mut().unwrap();
+    conditions.push(k8s_openapi::api::core::v1::PodCondition {
+        type_: CONDITION_DISRUPTION_TARGET.into(),
+        status: "True".into(),
+        reason: Some("PreemptionByScheduler".into()),
+        ..Default::default()
+    });
     assert!(world.step().delete.is_empty());
-    let reported = world.status().groups[0].lingering_taints.clone();
-    assert_eq!(reported.len(), 1);
-    assert!(
-        reported[0].starts_with("node pool-0-1: taint node.kubernetes.io/unreachable still on"),
-        "{reported:?}"
-    );
-    world.now = start + secs(3600);
+    assert_eq!(world.status().phase, Phase::Running);
+}
+
+/// Each way the platform ends a pod is read as its disruption: the reason recorded says who.
+#[test]
+fn every_platform_disruption_is_classified_as_the_platform_reports_it() {
+    let condition = |reason: &str| k8s_openapi::api::core::v1::PodCondition {
+        type_: CONDITION_DISRUPTION_TARGET.into(),
+        status: "True".into(),
+        reason: Some(reason.into()),
+        message: Some(format!("{reason} (test)")),
+        ..Default::default()
+    };
+    // Deleted with the condition: the taint manager, the eviction API, the scheduler, pod GC.
+    for reason in [
+        "DeletionByTaintManager",
+        "EvictionByEvictionAPI",
+        "PreemptionByScheduler",
+        "DeletionByPodGC",
+    ] {
+        let mut world = settled(Membership::Independent, 1);
+        let now = world.now;
+        let pod = world.pod_mut("demo-workers-0-1");
+        pod.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now));
+        pod.status
+            .as_mut()
+            .unwrap()
+            .conditions
+            .as_mut()
+            .unwrap()
+            .push(condition(reason));
+        let plan = world.step();
+        assert_eq!(codes(&plan), BTreeSet::from(["Disrupted"]), "{reason}");
+        let record = &world.status().groups[0].last_disruptions[0];
+        assert!(record.message.contains(reason), "{reason}: {record:?}");
+        assert_eq!(world.status().preemptions, 1, "{reason}");
+    }
+    // Failed with a reason only the platform writes, after the pod ran.
+    for reason in ["Terminated", "NodeShutdown", "NodeLost", "Preempting"] {
+        let mut world = settled(Membership::Independent, 1);
+        let pod = world.pod_mut("demo-workers-0-1");
+        exit_pod(pod, 137);
+        pod.status.as_mut().unwrap().reason = Some(reason.into());
+        let plan = world.step();
+        assert_eq!(codes(&plan), BTreeSet::from(["Disrupted"]), "{reason}");
+        let status = world.status();
+        assert_eq!((status.restarts, status.preemptions), (0, 1), "{reason}");
+    }
+}
+
+/// An exit-code rule is about the program: a container the platform killed (137 on a node
+/// shutdown) matches none, so a `FailJob NotIn [...]` rule does not fail a run on a
+/// node shutdown.
+#[test]
+fn exit_code_rules_never_match_what_the_platform_killed() {
+    let mut world = settled(Membership::Independent, 1);
+    world.cluster.spec.failure_policy.rules = vec![exit_code_rule(
+        RuleAction::FailJob,
+        ExitCodeOperator::NotIn,
+        &[75],
+    )];
+    disrupt_pod(world.pod_mut("demo-workers-0-0"), "Terminated", "shutdown");
+    let plan = world.step();
+    assert_eq!(codes(&plan), BTreeSet::from(["Disrupted"]));
+    assert_ne!(world.status().phase, Phase::Failed);
+}
+
+/// A multislice job whose slice the platform took: the other slices' workers failing in the
+/// same breath (they lost their collective) are no failure of the job.
+#[test]
+fn failures_beside_a_disrupted_slice_are_its_consequence() {
+    let mut world = settled(Membership::Multislice, 3);
+    disrupt_pod(world.pod_mut("demo-workers-1-0"), "Terminated", "shutdown");
+    exit_pod(world.pod_mut("demo-workers-0-0"), 1);
+    exit_pod(world.pod_mut("demo-workers-2-3"), 1);
     world.step();
+    let status = world.status();
+    assert_eq!((status.restarts, status.preemptions), (0, 1));
+}
+
+/// A run that failed on its budget keeps that reason when its deadline passes later: no
+/// rewrite, no new reason.
+#[test]
+fn a_run_failed_before_its_deadline_keeps_its_reason() {
+    let mut world = settled(Membership::Independent, 1);
+    world.cluster.spec.failure_policy.max_restarts = 0;
+    world.cluster.spec.active_deadline_seconds = Some(600);
+    world.step();
+    exit_pod(world.pod_mut("demo-workers-0-0"), 1);
+    world.step();
+    let failed = world.status();
     assert_eq!(
-        world.status().groups[0].lingering_taints,
-        reported,
-        "the same words an hour on"
+        condition(&failed, CONDITION_FAILED).reason,
+        "RestartBudgetExhausted"
     );
-    assert_eq!(world.status().preemptions, 0);
+    world.now += secs(3600);
+    let plan = world.step();
+    assert!(plan.events.is_empty(), "{:?}", plan.events);
+    assert_eq!(
+        world.status().conditions,
+        failed.conditions,
+        "the same condition, untouched"
+    );
 }

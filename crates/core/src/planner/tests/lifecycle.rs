@@ -4,14 +4,7 @@
 use super::*;
 use crate::planner::creates;
 
-fn settled(membership: Membership, slices: u32) -> World {
-    let mut world = World::new(train_cluster(membership, 1, slices), v6e_pools(slices));
-    world.settle(5);
-    assert_eq!(world.status().phase, Phase::Running);
-    world
-}
-
-fn with_head(mut world: World) -> World {
+pub(super) fn with_head(mut world: World) -> World {
     world.cluster.spec.head = Some(HeadSpec {
         template: worker_template(0),
     });
@@ -574,58 +567,4 @@ fn a_head_stopped_by_suspend_that_exits_0_does_not_end_the_run() {
     let plan = world.plan();
     assert_ne!(plan.status.phase, Phase::Succeeded);
     assert_eq!(plan.status.phase, Phase::Suspended);
-}
-
-/// A head the platform ended (a kubelet's eviction) is a preemption: replaced at once,
-/// never charged; a head exiting with a code a FailJob rule names fails the run; and the
-/// head's failures count over the restart window like a group's.
-#[test]
-fn the_head_is_judged_by_the_same_rules_as_the_workers() {
-    let mut world = with_head(settled(Membership::Independent, 1));
-    world.cluster.spec.failure_policy.max_restarts = 1;
-    world.cluster.spec.failure_policy.restart_window_seconds = Some(600);
-    world.cluster.spec.failure_policy.rules = vec![exit_code_rule(
-        RuleAction::FailJob,
-        ExitCodeOperator::In,
-        &[3],
-    )];
-    let end_head = |world: &mut World, end: &dyn Fn(&mut Pod), uid: &str| {
-        let head = world.pod_mut("demo-head");
-        end(head);
-        head.metadata.uid = Some(uid.into());
-        world.step()
-    };
-    // The next head, as soon as the planner creates it (`wait`: after a backoff).
-    let next_head = |world: &mut World, wait: i64| {
-        world.now += secs(wait);
-        let head = world.step().create_head.expect("a new head");
-        world.pods.push(Arc::new(run_on(head, "cpu-node")));
-    };
-    let plan = end_head(
-        &mut world,
-        &|p| disrupt_pod(p, "Evicted", "low on memory"),
-        "head-1",
-    );
-    assert!(
-        plan.events
-            .iter()
-            .any(|e| e.note.contains("counted as Preemption"))
-    );
-    let status = world.status();
-    assert_eq!((status.restarts, status.preemptions), (0, 1));
-    next_head(&mut world, 0);
-    // Two ordinary failures 10 minutes apart: the window forgives the first.
-    end_head(&mut world, &|p| exit_pod(p, 1), "head-2");
-    assert_eq!(world.status().head.unwrap().window_failures.len(), 1);
-    next_head(&mut world, 601);
-    end_head(&mut world, &|p| exit_pod(p, 1), "head-3");
-    let status = world.status();
-    assert_ne!(status.phase, Phase::Failed, "one failure within the window");
-    assert_eq!(status.head.as_ref().unwrap().restarts, 2, "two in all");
-    next_head(&mut world, 10);
-    end_head(&mut world, &|p| exit_pod(p, 3), "head-4");
-    let status = world.status();
-    assert_eq!(status.phase, Phase::Failed);
-    let failed = condition(&status, CONDITION_FAILED);
-    assert_eq!(failed.reason, "FailJobRule");
 }

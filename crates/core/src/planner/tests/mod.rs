@@ -1,6 +1,7 @@
 //! The planner's scenario tests, by topic, each driving a [`World`] through plans; and the
 //! fixtures the phase modules' own unit tests share ([`Scene`], [`replica`], [`lean_pod`]).
 
+mod brake;
 mod creation;
 mod disruptions;
 mod elastic;
@@ -77,6 +78,20 @@ fn pod_named<'a>(world: &'a World, name: &str) -> &'a Pod {
         .iter()
         .find(|p| p.metadata.name.as_deref() == Some(name))
         .unwrap()
+}
+
+/// A new cluster `demo` of `slices` v6e 4x4 slices (`min` 1), settled Running on as many
+/// pools.
+fn settled(membership: Membership, slices: u32) -> World {
+    let mut world = World::new(train_cluster(membership, 1, slices), v6e_pools(slices));
+    world.settle(5);
+    assert_eq!(world.status().phase, Phase::Running);
+    world
+}
+
+/// The reason codes of a plan's deletes.
+fn codes(plan: &Plan) -> BTreeSet<&'static str> {
+    plan.delete.iter().map(|d| d.reason.code()).collect()
 }
 
 /// A world held still for a phase test: the cluster, its last status, and the lean pods
