@@ -78,9 +78,13 @@ struct FaultState {
 /// streams open when the stall began).
 pub(crate) type Stalls = HashMap<String, u64>;
 
+/// Hung (verb, resource plural) pairs: their requests get no answer while listed.
+type Hangs = std::collections::HashSet<(Verb, String)>;
+
 /// Handle for configuring fault injection. Cheap to clone.
 #[derive(Clone)]
 pub struct Faults {
+    hangs: Arc<tokio::sync::watch::Sender<Hangs>>,
     state: Arc<Mutex<FaultState>>,
     store: SharedStore,
     drop_watches: Arc<tokio::sync::watch::Sender<u64>>,
@@ -113,6 +117,7 @@ impl Faults {
         watch_latency: Option<Duration>,
     ) -> Self {
         let faults = Self {
+            hangs: Arc::new(tokio::sync::watch::channel(Hangs::new()).0),
             state: Arc::new(Mutex::new(FaultState {
                 rng: seed,
                 rules: Vec::new(),
@@ -218,13 +223,37 @@ impl Faults {
         });
     }
 
-    /// Remove all error rules and latencies and resume stalled watches (the watch latency
-    /// stays: see [`Faults::set_watch_latency`]).
+    /// Hang (`hung: true`) or release the requests with `verb` on a resource (plural, e.g.
+    /// `"pods"`), as an API server replica lost behind a load balancer, or a partition, does:
+    /// the connection stays open and no answer comes, not even headers (for
+    /// [`Verb::Watch`]: the start of a watch). Requests already waiting are answered once
+    /// released; a client that gives up meanwhile is gone.
+    pub fn hang(&self, verb: Verb, resource: &str, hung: bool) {
+        let key = (verb, resource.to_string());
+        self.hangs.send_modify(|h| {
+            if hung {
+                h.insert(key);
+            } else {
+                h.remove(&key);
+            }
+        });
+    }
+
+    /// Waits while requests with `verb` on `resource` hang.
+    pub(crate) async fn wait_while_hung(&self, verb: Verb, resource: &str) {
+        let mut hangs = self.hangs.subscribe();
+        let key = (verb, resource.to_string());
+        let _ = hangs.wait_for(|h| !h.contains(&key)).await;
+    }
+
+    /// Remove all error rules, latencies and hangs and resume stalled watches (the watch
+    /// latency stays: see [`Faults::set_watch_latency`]).
     pub fn clear(&self) {
         let mut s = self.lock();
         s.rules.clear();
         s.latency.clear();
         self.stalls.send_modify(Stalls::clear);
+        self.hangs.send_modify(Hangs::clear);
     }
 
     /// How many errors have been injected so far.

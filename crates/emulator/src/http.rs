@@ -305,6 +305,7 @@ async fn resource(
     if let Some(d) = st.faults.latency(verb) {
         tokio::time::sleep(d).await;
     }
+    st.faults.wait_while_hung(verb, &info.plural).await;
     if let Some(code) = st.faults.check(verb, &info.plural, sub.is_some()) {
         return Err(match (code, name) {
             (409, Some(n)) => ApiError::stale(&info.plural, &info.group, n),

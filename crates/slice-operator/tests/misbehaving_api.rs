@@ -1,0 +1,116 @@
+//! The operator when the control plane misbehaves (issue 27): a LIST that never answers, a
+//! watch that delivers nothing without closing, a write delayed past a failover, throttled
+//! lease calls. Each scenario runs on the in-process API emulator, whose faults make them.
+
+#[path = "e2e/harness.rs"]
+mod harness;
+
+use std::time::Duration;
+
+use harness::{Env, EnvOptions, http_get, label};
+use slice_core::api::Membership;
+use slice_core::constants::*;
+use slice_emulator::Verb;
+
+const V6E: &str = "tpu-v6e-slice";
+
+async fn env(scenario: &str, pools: usize, options: EnvOptions) -> Env {
+    let names: Vec<String> = (0..pools).map(|i| format!("pool-{i}")).collect();
+    let pools: Vec<(&str, &str, &str)> = names.iter().map(|n| (n.as_str(), V6E, "4x4")).collect();
+    Env::start_with(scenario, &pools, options).await
+}
+
+/// Bounds short enough for a test: answers within 2 s, watches of 2 s (a wedged one is
+/// caught 5 s after), a list deadline of 6 s.
+fn short_bounds() -> EnvOptions {
+    EnvOptions {
+        configure: |config| {
+            config.request_timeout_seconds = 2;
+            config.watch_timeout_seconds = 2;
+            config.list_deadline_seconds = 6;
+        },
+        ..Default::default()
+    }
+}
+
+/// Finding 1: a relist whose LIST never answers (an API server replica lost behind a load
+/// balancer). The lease would keep being renewed; instead /healthz fails once the list has
+/// run past the list deadline, so the pod is restarted and a standby leads. Once the server
+/// answers again the watch lists, /healthz and /readyz recover, and no pod was replaced.
+/// (Before: the watcher's LIST had no timeout and /healthz always said ok.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relist_that_never_answers_fails_healthz_until_it_completes() {
+    let env = env("hung-list", 1, short_bounds()).await;
+    env.create(&env.train_cluster("steady", Membership::Independent, 1, 1))
+        .await;
+    let (_, before) = env.wait_running("steady", 1, 4).await;
+    let addr = env.operators[0].metrics_addr;
+    assert_eq!(http_get(addr, "/healthz").await.0, 200);
+
+    let faults = env.emulator.as_ref().unwrap().faults();
+    faults.hang(Verb::List, "pods", true);
+    // Every watch must list again (410 Gone on resuming), and the pod LIST hangs.
+    faults.expire_resource_versions();
+    let why = env
+        .wait_for("/healthz fails", Duration::from_secs(30), || async {
+            let (code, body) = http_get(addr, "/healthz").await;
+            (code == 503).then_some(body)
+        })
+        .await;
+    assert!(why.contains("Pod list"), "names the watch: {why}");
+
+    faults.hang(Verb::List, "pods", false);
+    env.wait_for(
+        "/healthz and /readyz recover",
+        Duration::from_secs(30),
+        || async {
+            let healthy = http_get(addr, "/healthz").await.0 == 200;
+            (healthy && http_get(addr, "/readyz").await.0 == 200).then_some(())
+        },
+    )
+    .await;
+    let (_, after) = env.wait_running("steady", 1, 4).await;
+    let uids = |pods: &[k8s_openapi::api::core::v1::Pod]| {
+        let mut uids: Vec<String> = pods.iter().map(harness::uid).collect();
+        uids.sort();
+        uids
+    };
+    assert_eq!(uids(&before), uids(&after), "no pod replaced");
+    env.stop().await;
+}
+
+/// Finding 2: a node watch that delivers nothing without closing (a wedged connection),
+/// while the operator has nothing outstanding. A termination notice on a node of a running
+/// group must still be answered: the wedged watch is dropped once quiet for longer than the
+/// watch timeout, and a new one resumes where it stopped. (Before: only the pod watch was
+/// checked, through our own writes; the node change waited for the watcher's 295 s idle
+/// timeout.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wedged_node_watch_is_replaced_and_a_termination_notice_answered() {
+    let env = env("wedged-nodes", 2, short_bounds()).await;
+    env.create(&env.train_cluster("noticed", Membership::Independent, 1, 1))
+        .await;
+    let (_, pods) = env.wait_running("noticed", 1, 4).await;
+    env.emulator.as_ref().unwrap().stall_watches("nodes", true);
+    let node = pods[0].spec.as_ref().unwrap().node_name.clone().unwrap();
+    let pool = label(&pods[0], LABEL_SLICE);
+    slice_sim::nodes::add_taint(
+        &env.client,
+        &node,
+        TAINT_IMPENDING_TERMINATION,
+        "NoSchedule",
+    )
+    .await
+    .unwrap();
+    env.wait_for("preemption counted", Duration::from_secs(30), || async {
+        let tc = env.tcs().get("noticed").await.ok()?;
+        (tc.status.as_ref()?.preemptions == 1).then_some(())
+    })
+    .await;
+    let (_, moved) = env.wait_running("noticed", 1, 4).await;
+    assert!(
+        moved.iter().all(|p| label(p, LABEL_SLICE) != pool),
+        "the group left the slice with the notice"
+    );
+    env.stop().await;
+}
