@@ -41,6 +41,11 @@ pub enum Freshness {
 /// One cluster's writes not yet seen in the caches.
 #[derive(Debug, Default)]
 pub struct Outstanding {
+    /// Pods (by uid) we force-deleted whose deletion took effect (grace period 0) but which
+    /// stay, held by a finalizer: not our write unshown, reported once by name.
+    held: HashMap<String, String>,
+    /// Of `held`, those not reported yet.
+    unreported: Vec<String>,
     /// Pod name -> the slice it was placed on, if pinned.
     created: HashMap<String, Option<String>>,
     /// Deleted gracefully: shown once Terminating (or gone).
@@ -120,6 +125,21 @@ impl Outstanding {
         self.deadline = Some(now + EXPECTATION_TIMEOUT);
     }
 
+    /// The API server answered one of our writes at `now`: the cache has until
+    /// [`EXPECTATION_TIMEOUT`] after that to show what is outstanding. Creates are expected
+    /// when planned (their slices are taken from then), but a long apply phase (a thousand
+    /// pods, a slow admission webhook, throttling) is not a watch that stopped delivering.
+    pub fn answered(&mut self, now: Instant) {
+        if let Some(deadline) = self.deadline.as_mut() {
+            *deadline = (*deadline).max(now + EXPECTATION_TIMEOUT);
+        }
+    }
+
+    /// Pods held by a finalizer after our force delete not reported yet (once each).
+    pub fn take_held(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.unreported)
+    }
+
     /// The server accepted this status.
     pub fn wrote_status(&mut self, status: TrainClusterStatus) {
         self.status = Some(status);
@@ -178,11 +198,14 @@ impl Outstanding {
             self.deleted.retain(|uid| live.contains(uid.as_str()));
         }
         if !self.removed.is_empty() {
+            self.check_removed(pods);
+        }
+        if !self.held.is_empty() {
             let present: HashSet<&str> = pods
                 .iter()
                 .filter_map(|p| p.metadata.uid.as_deref())
                 .collect();
-            self.removed.retain(|uid| present.contains(uid.as_str()));
+            self.held.retain(|uid, _| present.contains(uid.as_str()));
         }
         if !self.patched.is_empty() {
             let label = slice_core::constants::LABEL_METADATA_HASH;
@@ -208,6 +231,30 @@ impl Outstanding {
             Some(deadline) if deadline <= now => Freshness::Stalled,
             _ => Freshness::Catching,
         }
+    }
+
+    /// Force-deleted pods: shown once gone, or once the cache shows the grace period 0 our
+    /// delete set while a finalizer keeps the pod (that is another's to lift: reported, not
+    /// waited for, else the cache would be declared stalled and listed again for ever).
+    fn check_removed(&mut self, pods: &[Arc<LeanPod>]) {
+        let present: HashMap<&str, &LeanPod> = pods
+            .iter()
+            .filter_map(|p| Some((p.metadata.uid.as_deref()?, p.as_ref())))
+            .collect();
+        let (held, unreported) = (&mut self.held, &mut self.unreported);
+        self.removed.retain(|uid| {
+            let Some(pod) = present.get(uid.as_str()) else {
+                return false;
+            };
+            if pod.metadata.deletion_grace_period_seconds != Some(0) {
+                return true;
+            }
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            if held.insert(uid.clone(), name.clone()).is_none() {
+                unreported.push(name);
+            }
+            false
+        });
     }
 
     /// Forget the pod expectations (the cache is being relisted).

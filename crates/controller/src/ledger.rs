@@ -235,6 +235,17 @@ impl Ledger {
         });
     }
 
+    /// The API server answered a write of this cluster (a group's creates): the cache has
+    /// the expectation timeout from now to show what is outstanding.
+    pub fn writes_answered(&self, uid: &str) {
+        self.entry(uid, |e| e.outstanding.answered(Instant::now()));
+    }
+
+    /// Pods we force-deleted that a finalizer keeps, not reported yet (once each).
+    pub fn held_by_finalizers(&self, uid: &str) -> Vec<String> {
+        self.entry(uid, |e| e.outstanding.take_held())
+    }
+
     /// Planned pods that were not created (not attempted, or rolled back): nothing of
     /// theirs is coming, and they hold no slice.
     pub fn pods_not_created(&self, uid: &str, names: impl IntoIterator<Item = String>) {

@@ -34,7 +34,8 @@ use crate::constants::{
 #[serde(from = "wire::Pod")]
 pub struct LeanPod {
     /// Name, namespace, uid, resourceVersion, owner references, creation and deletion
-    /// timestamps. No labels: those the operator reads are in `labels`.
+    /// timestamps, the deletion grace period (0 once a force delete took effect). No labels:
+    /// those the operator reads are in `labels`.
     pub metadata: ObjectMeta,
     /// The `slices.dev/` labels, in one allocation. Read them here or with [`LeanPod::label`]:
     /// `metadata.labels` (and so kube's `ResourceExt::labels`) is always empty.
@@ -192,6 +193,7 @@ mod wire {
         owner_references: Option<Vec<OwnerReference>>,
         creation_timestamp: Option<Time>,
         deletion_timestamp: Option<Time>,
+        deletion_grace_period_seconds: Option<i64>,
     }
 
     impl Meta {
@@ -207,6 +209,7 @@ mod wire {
                 owner_references: self.owner_references,
                 creation_timestamp: self.creation_timestamp,
                 deletion_timestamp: self.deletion_timestamp,
+                deletion_grace_period_seconds: self.deletion_grace_period_seconds,
                 ..Default::default()
             }
         }

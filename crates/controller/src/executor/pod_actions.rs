@@ -113,7 +113,9 @@ impl Creates<'_> {
             .clone()
             .map(|i| create_group(self.pod_api, &plan.create[i], self.limit));
         let mut first_error = None;
-        for (i, result) in range.zip(join_all(creates).await) {
+        let answered = join_all(creates).await;
+        ctx.ledger.writes_answered(self.uid);
+        for (i, result) in range.zip(answered) {
             if let Err(e) = result {
                 self.rolled_back(&e);
                 first_error.get_or_insert(e);

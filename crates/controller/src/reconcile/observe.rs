@@ -20,6 +20,27 @@ use crate::error::{Error, Result};
 use crate::executor::service::current_service;
 use crate::freshness::{EXPECTATION_TIMEOUT, Freshness};
 
+/// Pods we force-deleted that a finalizer keeps (a webhook's, a backup tool's): ours to
+/// delete was done, the rest is for whoever set the finalizer. Said once per pod.
+async fn report_held(tc: &TrainCluster, ctx: &Context, uid: &str) {
+    let held = ctx.ledger.held_by_finalizers(uid);
+    if held.is_empty() {
+        return;
+    }
+    warn!(pods = ?held, "force-deleted pods are kept by a finalizer");
+    let event = planner::PlannedEvent {
+        type_: planner::EventType::Warning,
+        reason: "PodsHeldByFinalizers",
+        note: format!(
+            "force-deleted but kept by a finalizer someone else set: {}",
+            held.join(", ")
+        ),
+        after: None,
+    };
+    let reference = kube::Resource::object_ref(tc, &());
+    crate::events::publish(&ctx.recorder, &ctx.ledger, &reference, &[event]).await;
+}
+
 /// What a reconcile does next: wait (the caches are not ready to plan from), or apply a plan.
 pub enum Step {
     Wait(Action),
@@ -55,7 +76,9 @@ pub async fn observe_and_plan(tc: &TrainCluster, ctx: &Arc<Context>) -> Result<S
     }
     // Until the caches show our last writes, a plan would be made from stale observations.
     let relists = ctx.caches.pods.relists();
-    match ctx.ledger.freshness(uid, &pods, relists) {
+    let freshness = ctx.ledger.freshness(uid, &pods, relists);
+    report_held(tc, ctx, uid).await;
+    match freshness {
         Freshness::Fresh => {}
         // The events of our writes trigger the next reconcile; this is only the fallback.
         Freshness::Catching => {
@@ -69,6 +92,7 @@ pub async fn observe_and_plan(tc: &TrainCluster, ctx: &Arc<Context>) -> Result<S
             // The pod watch stopped delivering: never plan from it; list again.
             warn!(timeout = ?EXPECTATION_TIMEOUT, "the pod cache has not shown our writes; relisting");
             ctx.declare_stalled(relists);
+            ctx.metrics.cache_stalls.inc();
             ctx.ledger.cache_stalled(uid);
             ctx.caches.pods.relist();
             return Ok(Step::Wait(Action::requeue(Duration::from_secs(1))));
