@@ -70,7 +70,8 @@ struct ErrorRule {
 struct FaultState {
     rng: u64,
     rules: Vec<ErrorRule>,
-    latency: HashMap<Verb, Duration>,
+    /// By verb, and resource (plural; the object itself, not its subresources) if given.
+    latency: HashMap<(Verb, Option<String>), Duration>,
     injected: u64,
 }
 
@@ -188,11 +189,22 @@ impl Faults {
 
     /// Add a fixed latency to every request with `verb` (`Duration::ZERO` removes it).
     pub fn set_latency(&self, verb: Verb, latency: Duration) {
+        self.set_latency_of((verb, None), latency);
+    }
+
+    /// Add a fixed latency to the requests with `verb` on one resource (plural), the object
+    /// itself and not its subresources (pod creates, not bindings), as a slow admission
+    /// webhook for that resource does. Added to [`Faults::set_latency`]'s.
+    pub fn set_resource_latency(&self, verb: Verb, resource: &str, latency: Duration) {
+        self.set_latency_of((verb, Some(resource.to_string())), latency);
+    }
+
+    fn set_latency_of(&self, key: (Verb, Option<String>), latency: Duration) {
         let mut s = self.lock();
         if latency.is_zero() {
-            s.latency.remove(&verb);
+            s.latency.remove(&key);
         } else {
-            s.latency.insert(verb, latency);
+            s.latency.insert(key, latency);
         }
     }
 
@@ -274,8 +286,16 @@ impl Faults {
         self.drop_watches();
     }
 
-    pub(crate) fn latency(&self, verb: Verb) -> Option<Duration> {
-        self.lock().latency.get(&verb).copied()
+    /// The latency of a request with `verb` on `resource` (`subresource`: one of its
+    /// subresources).
+    pub(crate) fn latency(&self, verb: Verb, resource: &str, subresource: bool) -> Duration {
+        let s = self.lock();
+        let all = s.latency.get(&(verb, None)).copied().unwrap_or_default();
+        let own = (!subresource)
+            .then(|| s.latency.get(&(verb, Some(resource.to_string()))).copied())
+            .flatten()
+            .unwrap_or_default();
+        all + own
     }
 
     /// The watch latency, if any.
