@@ -28,6 +28,9 @@ use slice_core::lean::LeanPod;
 /// real watch shows them in well under a second).
 pub const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// How many of a TrainCluster's latest cached versions are remembered.
+const CACHED_VERSIONS: usize = 8;
+
 /// Whether the caches show this cluster's own last writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Freshness {
@@ -58,6 +61,11 @@ pub struct Outstanding {
     /// The pod cache's relist count when the pod expectations were made.
     relists: u64,
     status: Option<TrainClusterStatus>,
+    /// The resourceVersion the server gave the TrainCluster with `status` (or read back).
+    status_version: Option<String>,
+    /// The TrainCluster's last few versions the cache has held (a watch event can arrive
+    /// before the answer to the write that made it).
+    cached_versions: std::collections::VecDeque<String>,
     status_unknown: bool,
 }
 
@@ -140,15 +148,20 @@ impl Outstanding {
         std::mem::take(&mut self.unreported)
     }
 
-    /// The server accepted this status.
-    pub fn wrote_status(&mut self, status: TrainClusterStatus) {
-        self.status = Some(status);
+    /// The server accepted this status, and gave the object `version`.
+    pub fn wrote_status(&mut self, status: TrainClusterStatus, version: Option<String>) {
+        let shown = version
+            .as_ref()
+            .is_some_and(|v| self.cached_versions.contains(v));
+        self.status = (!shown).then_some(status);
+        self.status_version = version.filter(|_| !shown);
         self.status_unknown = false;
     }
 
     /// A status write failed in a way that may or may not have applied it.
     pub fn status_unknown(&mut self) {
         self.status = None;
+        self.status_version = None;
         self.status_unknown = true;
     }
 
@@ -169,8 +182,32 @@ impl Outstanding {
             .is_some_and(|ours| Some(ours) == cached)
         {
             self.status = None;
+            self.status_version = None;
         }
         self.status.clone().or_else(|| cached.cloned())
+    }
+
+    /// The TrainCluster cache now holds the object at `version`: if that is the version our
+    /// status write made, the cache has shown it, and whatever it holds from now on is as
+    /// new (a later write of someone else's included: a stale writer's is planned from).
+    pub fn cache_shows(&mut self, version: &str) {
+        if self.status_version.as_deref() == Some(version) {
+            self.status = None;
+            self.status_version = None;
+        }
+        if self.cached_versions.len() == CACHED_VERSIONS {
+            self.cached_versions.pop_front();
+        }
+        self.cached_versions.push_back(version.to_string());
+    }
+
+    /// The resourceVersion of the object the planner's memory comes from: ours while the
+    /// cache has not shown our write, else `cached` (the cached object's).
+    pub fn version_for_planning(&self, cached: Option<&str>) -> Option<String> {
+        match &self.status {
+            Some(_) => self.status_version.clone(),
+            None => cached.map(str::to_string),
+        }
     }
 
     /// Compare the expectations with the pod cache (this cluster's pods) and say whether a

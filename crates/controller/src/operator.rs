@@ -329,7 +329,10 @@ fn train_cluster_changes(
     let fail_limit = ctx.config.watch_timeout();
     watches::supervised(api, watch_config(&ctx.config), liveness, never, fail_limit)
         .reflect(writer)
-        .inspect_ok(move |event| forget_gone(&forgetting, event))
+        .inspect_ok(move |event| {
+            status_shown(&forgetting, event);
+            forget_gone(&forgetting, event);
+        })
         .applied_objects()
         .predicate_filter(spec_or_metadata, Default::default())
 }
@@ -343,6 +346,17 @@ where
     match &config.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
+    }
+}
+
+/// The version of a TrainCluster the cache now holds: once it is the one our status write
+/// made, our write is shown (see `freshness`).
+fn status_shown(ctx: &Context, event: &watcher::Event<DeserializeGuard<TrainCluster>>) {
+    if let watcher::Event::Apply(tc) | watcher::Event::InitApply(tc) = event {
+        let meta = kube::Resource::meta(tc);
+        if let (Some(uid), Some(version)) = (&meta.uid, &meta.resource_version) {
+            ctx.ledger.train_cluster_cached(uid, version);
+        }
     }
 }
 

@@ -142,3 +142,57 @@ async fn an_apply_phase_longer_than_the_expectation_timeout_is_no_stall() {
     );
     env.stop().await;
 }
+
+/// Finding 4: a late status write from a stale writer (a deposed leader, an older operator
+/// version in a rollout) moves a running multislice job's epoch back. The pods show the
+/// newer epoch, so the operator plans from that and writes it back: the running epoch is
+/// not deleted as `EpochChanged`, nothing restarts. (Before: the status epoch was trusted
+/// over the pods and the healthy job restarted.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_writer_moving_the_epoch_back_restarts_nothing() {
+    let env = env("stale-epoch", 2, EnvOptions::default()).await;
+    env.create(&env.train_cluster("multi", Membership::Multislice, 2, 2))
+        .await;
+    let (tc, before) = env.wait_running("multi", 2, 4).await;
+    let status = tc.status.clone().unwrap();
+    let epoch = status.groups[0].epoch;
+    assert!(epoch >= 1);
+    let mut stale = serde_json::to_value(&status).unwrap();
+    stale["groups"][0]["epoch"] = serde_json::json!(epoch - 1);
+    let body = serde_json::json!({
+        "apiVersion": "slices.dev/v1alpha1", "kind": "TrainCluster", "status": stale,
+    });
+    let params = kube::api::PatchParams::apply(FIELD_MANAGER).force();
+    env.tcs()
+        .patch_status("multi", &params, &kube::api::Patch::Apply(&body))
+        .await
+        .unwrap();
+    // Something else changes (an annotation): the operator looks at the cluster again.
+    let poke = serde_json::json!({"metadata": {"annotations": {"example.com/poke": "1"}}});
+    env.tcs()
+        .patch(
+            "multi",
+            &Default::default(),
+            &kube::api::Patch::Merge(&poke),
+        )
+        .await
+        .unwrap();
+    env.wait_for(
+        "the epoch written back",
+        Duration::from_secs(30),
+        || async {
+            let tc = env.tcs().get("multi").await.ok()?;
+            (tc.status?.groups[0].epoch == epoch).then_some(())
+        },
+    )
+    .await;
+    let (tc, after) = env.wait_running("multi", 2, 4).await;
+    let uids = |pods: &[k8s_openapi::api::core::v1::Pod]| {
+        let mut uids: Vec<String> = pods.iter().map(harness::uid).collect();
+        uids.sort();
+        uids
+    };
+    assert_eq!(uids(&before), uids(&after), "no pod replaced");
+    assert_eq!(tc.status.unwrap().restarts, status.restarts);
+    env.stop().await;
+}

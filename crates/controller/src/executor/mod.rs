@@ -178,7 +178,8 @@ fn created_kind(plan: &planner::Plan, progress: &Progress) -> creates::Created {
 }
 
 /// Write the planner's memory (the status) and record it in the ledger until the cache
-/// shows it.
+/// shows it. The write must find the object as the memory was read (its resourceVersion):
+/// a write planned from memory someone else has since replaced is refused.
 pub async fn write_memory(
     ctx: &Context,
     api: &Api<DynamicObject>,
@@ -186,11 +187,16 @@ pub async fn write_memory(
     status: &TrainClusterStatus,
 ) -> Result<()> {
     let uid = tc.metadata.uid.as_deref().unwrap_or_default();
-    if let Err(e) = status::write_status(api, &tc.name_any(), status).await {
-        ctx.ledger.status_write_unknown(uid);
-        return Err(e);
-    }
-    ctx.ledger.status_written(uid, status.clone());
+    let precondition = ctx.ledger.status_precondition(uid);
+    let version = match status::write_status(api, &tc.name_any(), status, precondition).await {
+        Ok(version) => version,
+        Err(e) => {
+            // A conflict too: someone wrote since our memory was read; read it back.
+            ctx.ledger.status_write_unknown(uid);
+            return Err(e);
+        }
+    };
+    ctx.ledger.status_written(uid, status.clone(), version);
     ctx.metrics.status_writes.inc();
     Ok(())
 }

@@ -89,7 +89,7 @@ fn our_status_is_the_memory_until_the_cache_shows_it() {
     let (old, new) = (status(Phase::Pending), status(Phase::Running));
     let mut out = Outstanding::default();
     assert_eq!(out.status_for_planning(Some(&old)), Some(old.clone()));
-    out.wrote_status(new.clone());
+    out.wrote_status(new.clone(), None);
     assert_eq!(out.status_for_planning(Some(&old)), Some(new.clone()));
     assert_eq!(out.status_for_planning(Some(&new)), Some(new.clone()));
     // Caught up: ours is dropped, and the cache is the memory again.
@@ -98,7 +98,7 @@ fn our_status_is_the_memory_until_the_cache_shows_it() {
 
     out.status_unknown();
     assert!(out.needs_status_read());
-    out.wrote_status(new.clone());
+    out.wrote_status(new.clone(), None);
     assert!(!out.needs_status_read());
 }
 
