@@ -13,6 +13,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use slice_core::api::TrainCluster;
 
 use crate::config::OperatorConfig;
+use crate::leader::Fence;
 use crate::ledger::Ledger;
 use crate::metrics::Metrics;
 use crate::planner_thread::PlannerThread;
@@ -34,6 +35,8 @@ pub struct Context {
     pub trainclusters: Store<DeserializeGuard<TrainCluster>>,
     /// What the operator remembers about each cluster between reconciles.
     pub ledger: Ledger,
+    /// Checked before every batch of writes: none is sent once the lease may be lost.
+    pub fence: Fence,
     /// The thread every plan runs on ([`crate::planner_thread`]).
     pub planner: PlannerThread,
     planning: PlanningLock,
@@ -53,6 +56,7 @@ pub struct Parts {
     pub caches: Caches,
     pub trainclusters: Store<DeserializeGuard<TrainCluster>>,
     pub nudges: Nudges,
+    pub fence: Fence,
 }
 
 impl Context {
@@ -65,6 +69,7 @@ impl Context {
             caches: parts.caches,
             trainclusters: parts.trainclusters,
             ledger: Ledger::default(),
+            fence: parts.fence,
             planner: PlannerThread::start(),
             planning: PlanningLock::default(),
             nudges: parts.nudges,

@@ -127,6 +127,9 @@ pub async fn run(
         lease = Some(elector.keep_renewing(acquired_at));
     }
     replica.set_leader(true);
+    let fence = lease
+        .as_ref()
+        .map_or_else(leader::Fence::open, leader::HeldLease::fence);
 
     let deadline = {
         let stopped = stopped.clone();
@@ -136,7 +139,7 @@ pub async fn run(
         }
     };
     let result = tokio::select! {
-        result = lead(client, &replica, watches, stopped.clone()) => result,
+        result = lead(client, &replica, watches, fence, stopped.clone()) => result,
         err = leader::lost(&mut lease) => Err(err),
         _ = deadline => {
             tracing::warn!(grace = ?SHUTDOWN_GRACE, "in-flight reconciles did not finish in time; stopping anyway");
@@ -155,6 +158,7 @@ async fn lead<F>(
     client: Client,
     replica: &Replica,
     watches: Watches,
+    fence: leader::Fence,
     stopped: impl Fn() -> F,
 ) -> Result<()>
 where
@@ -184,6 +188,7 @@ where
         caches,
         trainclusters: trainclusters.clone(),
         nudges,
+        fence,
     }));
     replica.lead_with(ctx.clone());
     tokio::select! {

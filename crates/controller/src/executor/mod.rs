@@ -58,6 +58,7 @@ async fn apply_in_order(
     progress: &mut Progress,
 ) -> Result<Option<Duration>> {
     let (tc, plan) = (work.cluster, work.plan);
+    ctx.fence.check()?;
     let namespace = tc.namespace().unwrap_or_default();
     let service_api: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
     let reference = tc.object_ref(&());
@@ -187,6 +188,7 @@ pub async fn write_memory(
     status: &TrainClusterStatus,
 ) -> Result<()> {
     let uid = tc.metadata.uid.as_deref().unwrap_or_default();
+    ctx.fence.check()?;
     let precondition = ctx.ledger.status_precondition(uid);
     let version = match status::write_status(api, &tc.name_any(), status, precondition).await {
         Ok(version) => version,
