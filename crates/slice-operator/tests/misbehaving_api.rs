@@ -196,3 +196,59 @@ async fn a_stale_writer_moving_the_epoch_back_restarts_nothing() {
     assert_eq!(tc.status.unwrap().restarts, status.restarts);
     env.stop().await;
 }
+
+/// Finding 5: a standby keeps its caches warm, so taking over costs no LIST of every pod in
+/// the cluster: after the leader goes, the standby answers the next failure with no
+/// cluster-wide pod LIST in between. (Before: the standby started its watches only once it
+/// held the lease, and listed every pod first.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_takes_over_without_listing_every_pod_again() {
+    let options = EnvOptions {
+        operators: 2,
+        leader_election: true,
+        ..Default::default()
+    };
+    let mut env = env("warm-standby", 2, options).await;
+    env.create(&env.train_cluster("warm", Membership::Independent, 2, 2))
+        .await;
+    let (_, pods) = env.wait_running("warm", 2, 4).await;
+    let leader = env
+        .operators
+        .iter()
+        .position(|o| o.replica.is_leader())
+        .expect("a leader");
+    let mark = env.emulator.as_ref().unwrap().requests().mark();
+    env.operators.remove(leader).stop().await.unwrap();
+    let failed: Vec<String> = pods
+        .iter()
+        .filter(|p| label(p, LABEL_REPLICA_INDEX) == "0")
+        .map(harness::uid)
+        .collect();
+    slice_sim::fail_pod(&env.client, "default", "warm-workers-0-0", 1)
+        .await
+        .unwrap();
+    env.wait_for(
+        "the standby replaced the failed group",
+        Duration::from_secs(40),
+        || async {
+            let (_, pods) = env.wait_running("warm", 2, 4).await;
+            let replaced = pods
+                .iter()
+                .filter(|p| label(p, LABEL_REPLICA_INDEX) == "0")
+                .all(|p| !failed.contains(&harness::uid(p)));
+            replaced.then_some(())
+        },
+    )
+    .await;
+    let lists: Vec<_> = env
+        .emulator
+        .as_ref()
+        .unwrap()
+        .requests()
+        .since(mark)
+        .into_iter()
+        .filter(|r| r.method == "GET" && r.path == "/api/v1/pods" && !r.query.contains("watch"))
+        .collect();
+    assert!(lists.is_empty(), "no pod LIST on takeover: {lists:?}");
+    env.stop().await;
+}
