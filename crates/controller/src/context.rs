@@ -13,6 +13,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use slice_core::api::TrainCluster;
 
 use crate::config::OperatorConfig;
+use crate::events::Publisher;
 use crate::leader::Fence;
 use crate::ledger::Ledger;
 use crate::metrics::Metrics;
@@ -29,7 +30,8 @@ pub struct Context {
     pub client: Client,
     pub config: OperatorConfig,
     pub metrics: Metrics,
-    pub recorder: Recorder,
+    /// Where events go (sent in the background, see [`crate::events`]).
+    pub events: Publisher,
     pub caches: Caches,
     /// The controller's TrainCluster store: who else needs which names and slices.
     pub trainclusters: Store<DeserializeGuard<TrainCluster>>,
@@ -65,7 +67,7 @@ impl Context {
             client: parts.client,
             config: parts.config,
             metrics: parts.metrics,
-            recorder: parts.recorder,
+            events: Publisher::new(parts.recorder),
             caches: parts.caches,
             trainclusters: parts.trainclusters,
             ledger: Ledger::default(),

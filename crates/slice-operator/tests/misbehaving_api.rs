@@ -252,3 +252,29 @@ async fn a_standby_takes_over_without_listing_every_pod_again() {
     assert!(lists.is_empty(), "no pod LIST on takeover: {lists:?}");
     env.stop().await;
 }
+
+/// Finding 6: a slow Event API (every event answered after 15 s) holds up no reconcile:
+/// events are sent in the background. A new cluster comes up as fast as without it, and
+/// its events arrive later. (Before: each event was sent inside the reconcile, one at a
+/// time, so each step of the cluster waited for its events.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_event_api_holds_up_no_reconcile() {
+    let env = env("slow-events", 1, EnvOptions::default()).await;
+    let faults = env.emulator.as_ref().unwrap().faults();
+    faults.set_resource_latency(Verb::Create, "events", Duration::from_secs(15));
+    env.create(&env.train_cluster("prompt", Membership::Independent, 1, 1))
+        .await;
+    env.wait_for(
+        "Running, before any event is answered",
+        Duration::from_secs(12),
+        || async {
+            let tc = env.tcs().get("prompt").await.ok()?;
+            let status = tc.status?;
+            (status.phase == slice_core::api::Phase::Running && status.ready_slices == 1)
+                .then_some(())
+        },
+    )
+    .await;
+    faults.clear();
+    env.stop().await;
+}

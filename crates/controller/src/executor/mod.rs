@@ -68,7 +68,7 @@ async fn apply_in_order(
     if let Err(e) = &service {
         warn!(error = %e, "could not bring the headless Service to what the plan wants");
         let event = service_failed(e);
-        events::publish(&ctx.recorder, &ctx.ledger, &reference, &[event]).await;
+        events::publish(&ctx.events, &ctx.ledger, &reference, &[event]);
     }
     let api = status::dynamic_api(ctx.client.clone(), &namespace);
     // Status first: it carries the planner's memory (epoch, failures counted, slices kept),
@@ -87,7 +87,7 @@ async fn apply_in_order(
         .filter(|e| progress.done(e.after))
         .cloned()
         .collect();
-    events::publish(&ctx.recorder, &ctx.ledger, &reference, &done).await;
+    events::publish(&ctx.events, &ctx.ledger, &reference, &done);
     let retry = after_pods(ctx, &api, tc, plan, acted, progress, &reference).await?;
     service.map(|_| retry)
 }
@@ -118,7 +118,7 @@ async fn after_pods(
                     write_memory(ctx, api, tc, &status).await?;
                 }
                 let event: Vec<_> = event.into_iter().collect();
-                events::publish(&ctx.recorder, &ctx.ledger, reference, &event).await;
+                events::publish(&ctx.events, &ctx.ledger, reference, &event);
                 return Ok(None);
             }
             let record = match e.spare_rejected() {
@@ -137,7 +137,7 @@ async fn after_pods(
                 None => write_memory(ctx, api, tc, &status).await?,
             }
             let event: Vec<_> = event.into_iter().collect();
-            events::publish(&ctx.recorder, &ctx.ledger, reference, &event).await;
+            events::publish(&ctx.events, &ctx.ledger, reference, &event);
             let retry = creates::retry_at(&status, now)
                 .and_then(|t| Duration::try_from(t.duration_since(now)).ok());
             Ok(retry)

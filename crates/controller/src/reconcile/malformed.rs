@@ -51,7 +51,7 @@ pub async fn report(invalid: &InvalidObject, ctx: &Context) -> Result<Action> {
         }
         ctx.metrics.status_writes.inc();
         let reference = reference(invalid);
-        events::publish(&ctx.recorder, &ctx.ledger, &reference, &[event]).await;
+        events::publish(&ctx.events, &ctx.ledger, &reference, &[event]);
     }
     ctx.ledger.malformed_reported_now(&uid, generation);
     Ok(Action::await_change())

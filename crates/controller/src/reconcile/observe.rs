@@ -22,7 +22,7 @@ use crate::freshness::{EXPECTATION_TIMEOUT, Freshness};
 
 /// Pods we force-deleted that a finalizer keeps (a webhook's, a backup tool's): ours to
 /// delete was done, the rest is for whoever set the finalizer. Said once per pod.
-async fn report_held(tc: &TrainCluster, ctx: &Context, uid: &str) {
+fn report_held(tc: &TrainCluster, ctx: &Context, uid: &str) {
     let held = ctx.ledger.held_by_finalizers(uid);
     if held.is_empty() {
         return;
@@ -38,7 +38,7 @@ async fn report_held(tc: &TrainCluster, ctx: &Context, uid: &str) {
         after: None,
     };
     let reference = kube::Resource::object_ref(tc, &());
-    crate::events::publish(&ctx.recorder, &ctx.ledger, &reference, &[event]).await;
+    crate::events::publish(&ctx.events, &ctx.ledger, &reference, &[event]);
 }
 
 /// What a reconcile does next: wait (the caches are not ready to plan from), or apply a plan.
@@ -80,7 +80,7 @@ pub async fn observe_and_plan(tc: &TrainCluster, ctx: &Arc<Context>) -> Result<S
     // Until the caches show our last writes, a plan would be made from stale observations.
     let relists = ctx.caches.pods.relists();
     let freshness = ctx.ledger.freshness(uid, &pods, relists);
-    report_held(tc, ctx, uid).await;
+    report_held(tc, ctx, uid);
     match freshness {
         Freshness::Fresh => {}
         // The events of our writes trigger the next reconcile; this is only the fallback.
