@@ -41,11 +41,13 @@ mod tests {
     use slice_core::api::GroupStatus;
 
     fn pod(group: &str, epoch: u64, owner: &str) -> Arc<LeanPod> {
-        let mut pod = LeanPod::default();
-        pod.labels = slice_core::lean::OwnLabels::new([
-            (LABEL_GROUP, group.to_string()),
-            (LABEL_EPOCH, epoch.to_string()),
-        ]);
+        let mut pod = LeanPod {
+            labels: slice_core::lean::OwnLabels::new([
+                (LABEL_GROUP, group.to_string()),
+                (LABEL_EPOCH, epoch.to_string()),
+            ]),
+            ..Default::default()
+        };
         pod.metadata.owner_references = Some(vec![OwnerReference {
             uid: owner.into(),
             controller: Some(true),
