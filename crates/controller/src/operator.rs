@@ -263,20 +263,20 @@ fn start_watches(client: &Client, config: &OperatorConfig) -> Watches {
     let fail_limit = config.watch_timeout();
     let pods = watches::start(
         Api::<LeanPod>::all(client.clone()),
-        watch_config(config),
+        watches::watcher_config(config),
         watches::Policy::pods(),
         fail_limit,
     );
     let nodes = watches::start(
         Api::<LeanNode>::all(client.clone()),
-        watch_config(config).labels(NODE_LABEL_ACCELERATOR),
+        watches::watcher_config(config).labels(NODE_LABEL_ACCELERATOR),
         watches::Policy::nodes(),
         fail_limit,
     );
     // Read by every reconcile from here rather than by a GET.
     let services = watches::start(
         watched::<Service>(client, config),
-        watch_config(config).labels(LABEL_CLUSTER),
+        watches::watcher_config(config).labels(LABEL_CLUSTER),
         watches::Policy::services(),
         fail_limit,
     );
@@ -285,17 +285,6 @@ fn start_watches(client: &Client, config: &OperatorConfig) -> Watches {
         nodes,
         services,
     }
-}
-
-/// Every watch of the operator: ended by the server after the watch timeout (and resumed
-/// from where it stopped), with bookmarks, so a healthy watch is never quiet for longer and
-/// the watcher's idle timeout (the watch timeout plus 5 s) catches a wedged one.
-fn watch_config(config: &OperatorConfig) -> watcher::Config {
-    watcher::Config {
-        bookmarks: true,
-        ..watcher::Config::default()
-    }
-    .timeout(config.watch_timeout_seconds)
 }
 
 fn recorder(client: &Client, config: &OperatorConfig) -> Recorder {
@@ -332,14 +321,20 @@ fn train_cluster_changes(
     let api = watched::<DeserializeGuard<TrainCluster>>(client, &ctx.config);
     let never = Arc::new(tokio::sync::Notify::new());
     let fail_limit = ctx.config.watch_timeout();
-    watches::supervised(api, watch_config(&ctx.config), liveness, never, fail_limit)
-        .reflect(writer)
-        .inspect_ok(move |event| {
-            status_shown(&forgetting, event);
-            forget_gone(&forgetting, event);
-        })
-        .applied_objects()
-        .predicate_filter(spec_or_metadata, Default::default())
+    watches::supervised(
+        api,
+        watches::watcher_config(&ctx.config),
+        liveness,
+        never,
+        fail_limit,
+    )
+    .reflect(writer)
+    .inspect_ok(move |event| {
+        status_shown(&forgetting, event);
+        forget_gone(&forgetting, event);
+    })
+    .applied_objects()
+    .predicate_filter(spec_or_metadata, Default::default())
 }
 
 /// The API of the operator's watched namespace, or of all when it watches every one.

@@ -170,6 +170,17 @@ impl Policy<k8s_openapi::api::core::v1::Service> {
     }
 }
 
+/// Every watch of the operator: ended by the server after the watch timeout (and resumed
+/// from where it stopped), with bookmarks, so a healthy watch is never quiet for longer and
+/// the watcher's idle timeout (the watch timeout plus 5 s) catches a wedged one.
+pub fn watcher_config(config: &crate::config::OperatorConfig) -> watcher::Config {
+    watcher::Config {
+        bookmarks: true,
+        ..watcher::Config::default()
+    }
+    .timeout(config.watch_timeout_seconds)
+}
+
 /// Start watching `api` in a task of its own, as `policy` says; a watch whose calls all fail
 /// for `fail_limit` lists again (see [`supervised`]).
 pub fn start<K>(
