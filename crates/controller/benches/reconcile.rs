@@ -106,6 +106,7 @@ fn operator(world: &World) -> (Operator, Feeds) {
         },
         trainclusters,
         nudges: futures::channel::mpsc::unbounded().0,
+        fence: slice_controller::leader::Fence::open(),
     }));
 
     let tc = world.cluster.clone();

@@ -69,6 +69,25 @@ pub struct OperatorConfig {
     /// Re-plan every TrainCluster at least this often, even when nothing changed.
     #[arg(long, env = "RESYNC_SECONDS", default_value_t = 300)]
     pub resync_seconds: u64,
+
+    /// Longest wait for the API server to answer any request (LISTs and the start of a
+    /// watch included) and between two reads of an answer.
+    #[arg(long, env = "REQUEST_TIMEOUT_SECONDS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub request_timeout_seconds: u64,
+
+    /// The server ends each watch after this long (a new one resumes where it stopped, no
+    /// list); a watch that delivers nothing, not even a bookmark, for this long plus 5 s is
+    /// taken as wedged and watched again; one failing for this long is listed again.
+    #[arg(long, env = "WATCH_TIMEOUT_SECONDS", default_value_t = 60,
+          value_parser = clap::value_parser!(u32).range(1..=290))]
+    pub watch_timeout_seconds: u32,
+
+    /// A list (the first, or a relist) not complete within this long fails /healthz, so the
+    /// pod is restarted and a standby leads.
+    #[arg(long, env = "LIST_DEADLINE_SECONDS", default_value_t = 180,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub list_deadline_seconds: u64,
 }
 
 impl OperatorConfig {
@@ -89,7 +108,25 @@ impl OperatorConfig {
             lease_duration_seconds: 15,
             coalesce_ms: 250,
             resync_seconds: 300,
+            request_timeout_seconds: 30,
+            watch_timeout_seconds: 60,
+            list_deadline_seconds: 180,
         }
+    }
+
+    /// How long a request may wait for the API server (see `--request-timeout-seconds`).
+    pub fn request_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.request_timeout_seconds)
+    }
+
+    /// How long a watch lasts (see `--watch-timeout-seconds`).
+    pub fn watch_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.watch_timeout_seconds.into())
+    }
+
+    /// How long a list may take before the process is unhealthy.
+    pub fn list_deadline(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.list_deadline_seconds)
     }
 
     pub fn identity(&self) -> String {

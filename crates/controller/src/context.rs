@@ -13,6 +13,8 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use slice_core::api::TrainCluster;
 
 use crate::config::OperatorConfig;
+use crate::events::Publisher;
+use crate::leader::Fence;
 use crate::ledger::Ledger;
 use crate::metrics::Metrics;
 use crate::planner_thread::PlannerThread;
@@ -28,12 +30,15 @@ pub struct Context {
     pub client: Client,
     pub config: OperatorConfig,
     pub metrics: Metrics,
-    pub recorder: Recorder,
+    /// Where events go (sent in the background, see [`crate::events`]).
+    pub events: Publisher,
     pub caches: Caches,
     /// The controller's TrainCluster store: who else needs which names and slices.
     pub trainclusters: Store<DeserializeGuard<TrainCluster>>,
     /// What the operator remembers about each cluster between reconciles.
     pub ledger: Ledger,
+    /// Checked before every batch of writes: none is sent once the lease may be lost.
+    pub fence: Fence,
     /// The thread every plan runs on ([`crate::planner_thread`]).
     pub planner: PlannerThread,
     planning: PlanningLock,
@@ -53,6 +58,7 @@ pub struct Parts {
     pub caches: Caches,
     pub trainclusters: Store<DeserializeGuard<TrainCluster>>,
     pub nudges: Nudges,
+    pub fence: Fence,
 }
 
 impl Context {
@@ -61,10 +67,11 @@ impl Context {
             client: parts.client,
             config: parts.config,
             metrics: parts.metrics,
-            recorder: parts.recorder,
+            events: Publisher::new(parts.recorder),
             caches: parts.caches,
             trainclusters: parts.trainclusters,
             ledger: Ledger::default(),
+            fence: parts.fence,
             planner: PlannerThread::start(),
             planning: PlanningLock::default(),
             nudges: parts.nudges,

@@ -1,10 +1,15 @@
 //! Kubernetes Events about TrainClusters: published after the action they report, and
 //! rate-limited per object ([`crate::event_budget`]), so no loop (ours or the world's) can
-//! flood the Event API. Events over the limit are dropped with a debug log.
+//! flood the Event API. Events over the limit are dropped with a debug log. They are sent
+//! off the reconcile path, in order, by one background task ([`Publisher`]): a slow Event
+//! API (up to 25 events of up to 20 s each) never holds up a reconcile.
+
+use std::sync::OnceLock;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder};
 use slice_core::planner::{EventType as PlannedType, PlannedEvent};
+use tokio::sync::mpsc;
 
 use crate::api_call::bounded;
 use crate::ledger::Ledger;
@@ -20,10 +25,46 @@ fn within_note_limit(note: &str) -> &str {
     &note[..end]
 }
 
-/// Publish the planner's events about the object `reference` names, within its budget.
-/// Best effort: a failure to record one never fails the reconcile.
-pub async fn publish(
-    recorder: &Recorder,
+/// Sends events in the background, one at a time, in the order they were published.
+pub struct Publisher {
+    recorder: Recorder,
+    queue: OnceLock<mpsc::UnboundedSender<(ObjectReference, Event)>>,
+}
+
+impl Publisher {
+    pub fn new(recorder: Recorder) -> Publisher {
+        Publisher {
+            recorder,
+            queue: OnceLock::new(),
+        }
+    }
+
+    /// The queue of the sending task, started with the first event (inside the runtime).
+    /// The task ends when the publisher is dropped and the queue is empty.
+    fn queue(&self) -> &mpsc::UnboundedSender<(ObjectReference, Event)> {
+        self.queue.get_or_init(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            tokio::spawn(send_all(self.recorder.clone(), rx));
+            tx
+        })
+    }
+}
+
+async fn send_all(
+    recorder: Recorder,
+    mut queue: mpsc::UnboundedReceiver<(ObjectReference, Event)>,
+) {
+    while let Some((reference, event)) = queue.recv().await {
+        if let Err(e) = bounded(recorder.publish(&event, &reference)).await {
+            tracing::debug!(error = %e, reason = %event.reason, "could not publish event");
+        }
+    }
+}
+
+/// Publish the planner's events about the object `reference` names, within its budget, in
+/// the background. Best effort: a failure to record one never fails the reconcile.
+pub fn publish(
+    publisher: &Publisher,
     ledger: &Ledger,
     reference: &ObjectReference,
     events: &[PlannedEvent],
@@ -47,9 +88,7 @@ pub async fn publish(
             action: event.reason.to_string(),
             secondary: None,
         };
-        if let Err(e) = bounded(recorder.publish(&kube_event, reference)).await {
-            tracing::debug!(error = %e, reason = event.reason, "could not publish event");
-        }
+        let _ = publisher.queue().send((reference.clone(), kube_event));
     }
 }
 

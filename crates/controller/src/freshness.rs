@@ -28,6 +28,9 @@ use slice_core::lean::LeanPod;
 /// real watch shows them in well under a second).
 pub const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// How many of a TrainCluster's latest cached versions are remembered.
+const CACHED_VERSIONS: usize = 8;
+
 /// Whether the caches show this cluster's own last writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Freshness {
@@ -41,6 +44,11 @@ pub enum Freshness {
 /// One cluster's writes not yet seen in the caches.
 #[derive(Debug, Default)]
 pub struct Outstanding {
+    /// Pods (by uid) we force-deleted whose deletion took effect (grace period 0) but which
+    /// stay, held by a finalizer: not our write unshown, reported once by name.
+    held: HashMap<String, String>,
+    /// Of `held`, those not reported yet.
+    unreported: Vec<String>,
     /// Pod name -> the slice it was placed on, if pinned.
     created: HashMap<String, Option<String>>,
     /// Deleted gracefully: shown once Terminating (or gone).
@@ -53,6 +61,11 @@ pub struct Outstanding {
     /// The pod cache's relist count when the pod expectations were made.
     relists: u64,
     status: Option<TrainClusterStatus>,
+    /// The resourceVersion the server gave the TrainCluster with `status` (or read back).
+    status_version: Option<String>,
+    /// The TrainCluster's last few versions the cache has held (a watch event can arrive
+    /// before the answer to the write that made it).
+    cached_versions: std::collections::VecDeque<String>,
     status_unknown: bool,
 }
 
@@ -120,15 +133,35 @@ impl Outstanding {
         self.deadline = Some(now + EXPECTATION_TIMEOUT);
     }
 
-    /// The server accepted this status.
-    pub fn wrote_status(&mut self, status: TrainClusterStatus) {
-        self.status = Some(status);
+    /// The API server answered one of our writes at `now`: the cache has until
+    /// [`EXPECTATION_TIMEOUT`] after that to show what is outstanding. Creates are expected
+    /// when planned (their slices are taken from then), but a long apply phase (a thousand
+    /// pods, a slow admission webhook, throttling) is not a watch that stopped delivering.
+    pub fn answered(&mut self, now: Instant) {
+        if let Some(deadline) = self.deadline.as_mut() {
+            *deadline = (*deadline).max(now + EXPECTATION_TIMEOUT);
+        }
+    }
+
+    /// Pods held by a finalizer after our force delete not reported yet (once each).
+    pub fn take_held(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.unreported)
+    }
+
+    /// The server accepted this status, and gave the object `version`.
+    pub fn wrote_status(&mut self, status: TrainClusterStatus, version: Option<String>) {
+        let shown = version
+            .as_ref()
+            .is_some_and(|v| self.cached_versions.contains(v));
+        self.status = (!shown).then_some(status);
+        self.status_version = version.filter(|_| !shown);
         self.status_unknown = false;
     }
 
     /// A status write failed in a way that may or may not have applied it.
     pub fn status_unknown(&mut self) {
         self.status = None;
+        self.status_version = None;
         self.status_unknown = true;
     }
 
@@ -149,8 +182,32 @@ impl Outstanding {
             .is_some_and(|ours| Some(ours) == cached)
         {
             self.status = None;
+            self.status_version = None;
         }
         self.status.clone().or_else(|| cached.cloned())
+    }
+
+    /// The TrainCluster cache now holds the object at `version`: if that is the version our
+    /// status write made, the cache has shown it, and whatever it holds from now on is as
+    /// new (a later write of someone else's included: a stale writer's is planned from).
+    pub fn cache_shows(&mut self, version: &str) {
+        if self.status_version.as_deref() == Some(version) {
+            self.status = None;
+            self.status_version = None;
+        }
+        if self.cached_versions.len() == CACHED_VERSIONS {
+            self.cached_versions.pop_front();
+        }
+        self.cached_versions.push_back(version.to_string());
+    }
+
+    /// The resourceVersion of the object the planner's memory comes from: ours while the
+    /// cache has not shown our write, else `cached` (the cached object's).
+    pub fn version_for_planning(&self, cached: Option<&str>) -> Option<String> {
+        match &self.status {
+            Some(_) => self.status_version.clone(),
+            None => cached.map(str::to_string),
+        }
     }
 
     /// Compare the expectations with the pod cache (this cluster's pods) and say whether a
@@ -178,11 +235,14 @@ impl Outstanding {
             self.deleted.retain(|uid| live.contains(uid.as_str()));
         }
         if !self.removed.is_empty() {
+            self.check_removed(pods);
+        }
+        if !self.held.is_empty() {
             let present: HashSet<&str> = pods
                 .iter()
                 .filter_map(|p| p.metadata.uid.as_deref())
                 .collect();
-            self.removed.retain(|uid| present.contains(uid.as_str()));
+            self.held.retain(|uid, _| present.contains(uid.as_str()));
         }
         if !self.patched.is_empty() {
             let label = slice_core::constants::LABEL_METADATA_HASH;
@@ -208,6 +268,30 @@ impl Outstanding {
             Some(deadline) if deadline <= now => Freshness::Stalled,
             _ => Freshness::Catching,
         }
+    }
+
+    /// Force-deleted pods: shown once gone, or once the cache shows the grace period 0 our
+    /// delete set while a finalizer keeps the pod (that is another's to lift: reported, not
+    /// waited for, else the cache would be declared stalled and listed again for ever).
+    fn check_removed(&mut self, pods: &[Arc<LeanPod>]) {
+        let present: HashMap<&str, &LeanPod> = pods
+            .iter()
+            .filter_map(|p| Some((p.metadata.uid.as_deref()?, p.as_ref())))
+            .collect();
+        let (held, unreported) = (&mut self.held, &mut self.unreported);
+        self.removed.retain(|uid| {
+            let Some(pod) = present.get(uid.as_str()) else {
+                return false;
+            };
+            if pod.metadata.deletion_grace_period_seconds != Some(0) {
+                return true;
+            }
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            if held.insert(uid.clone(), name.clone()).is_none() {
+                unreported.push(name);
+            }
+            false
+        });
     }
 
     /// Forget the pod expectations (the cache is being relisted).

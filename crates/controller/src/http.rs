@@ -21,8 +21,11 @@ async fn metrics(State(replica): State<Arc<Replica>>) -> impl IntoResponse {
     )
 }
 
-async fn healthz() -> &'static str {
-    "ok"
+async fn healthz(State(replica): State<Arc<Replica>>) -> (StatusCode, String) {
+    match replica.unhealthy() {
+        None => (StatusCode::OK, "ok".into()),
+        Some(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
+    }
 }
 
 async fn readyz(State(replica): State<Arc<Replica>>) -> (StatusCode, &'static str) {
@@ -34,7 +37,7 @@ async fn readyz(State(replica): State<Arc<Replica>>) -> (StatusCode, &'static st
             "a cache stopped showing the operator's writes",
         )
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
+        (StatusCode::SERVICE_UNAVAILABLE, "watches not listed yet")
     }
 }
 

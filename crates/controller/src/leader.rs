@@ -24,6 +24,9 @@ use tokio::sync::watch;
 use crate::error::{Error, Result};
 use slice_core::constants::FIELD_MANAGER;
 
+mod fence;
+pub use fence::Fence;
+
 /// Longest one renewal attempt may take before the next is sent: a request lost on a dead
 /// connection or stuck in a queue must not use up the renew deadline alone.
 const LEASE_CALL_TIMEOUT: Duration = Duration::from_secs(2);
@@ -251,6 +254,8 @@ impl LeaderElector {
     pub fn keep_renewing(self, renewed_at: tokio::time::Instant) -> HeldLease {
         let (tx, rx) = watch::channel(true);
         let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let fence = Fence::until(&self.name, renewed_at + self.renew_deadline());
+        let fenced = fence.clone();
         let elector = std::sync::Arc::new(self);
         let renewer = elector.clone();
         let task = tokio::spawn(async move {
@@ -269,6 +274,7 @@ impl LeaderElector {
                     result = renewer.renew_within(left) => match result {
                         Ok(true) => {
                             renewed_at = attempt;
+                            fenced.extend(attempt + renewer.renew_deadline());
                             wait = renewer.renew_every();
                             continue;
                         }
@@ -287,11 +293,13 @@ impl LeaderElector {
                 }
                 wait = RETRY_PERIOD;
             }
+            fenced.close();
             let _ = tx.send(false);
         });
         HeldLease {
             elector,
             held: rx,
+            fence,
             stop: Some(stop_tx),
             task,
         }
@@ -329,11 +337,17 @@ impl LeaderElector {
 pub struct HeldLease {
     elector: std::sync::Arc<LeaderElector>,
     held: watch::Receiver<bool>,
+    fence: Fence,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl HeldLease {
+    /// The fence every write batch checks (see [`Fence`]).
+    pub fn fence(&self) -> Fence {
+        self.fence.clone()
+    }
+
     /// Resolves once the lease is lost (never while it is held).
     pub async fn lost(&mut self) -> Error {
         while *self.held.borrow() {
@@ -346,6 +360,7 @@ impl HeldLease {
 
     /// Stop renewing, then give the lease up; returns when both are done.
     pub async fn release(mut self) {
+        self.fence.close();
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }

@@ -42,6 +42,10 @@ struct Entry {
     retry: Option<RetryClock>,
     /// Its label patches refused, and reported, in its current generation.
     patches: PatchMemory,
+    /// The resourceVersion of the object its last plan's memory came from: a status write
+    /// made from that memory is refused if anyone wrote the object since (a standby that
+    /// took over, a deposed leader's late write).
+    version: Option<String>,
 }
 
 /// A cluster the ledger has let go of.
@@ -113,15 +117,18 @@ impl Ledger {
 
     /// The planner's memory: the status we last wrote while the cache has not shown it,
     /// else the cached one.
+    /// `cached_version`: the cached object's resourceVersion.
     pub fn memory_for_planning(
         &self,
         uid: &str,
         cached: Option<&TrainClusterStatus>,
+        cached_version: Option<&str>,
     ) -> Option<TrainClusterStatus> {
         let mut all = self.entries();
         match all.get_mut(uid) {
             Some(e) => {
                 let mut status = e.outstanding.status_for_planning(cached);
+                e.version = e.outstanding.version_for_planning(cached_version);
                 if let (Some(clock), Some(status)) = (&e.retry, status.as_mut()) {
                     clock.set(status);
                 }
@@ -198,12 +205,25 @@ impl Ledger {
 
     // --- applied -----------------------------------------------------------------------
 
-    /// The server accepted this status (which carries the latest retry wait, if any).
-    pub fn status_written(&self, uid: &str, status: TrainClusterStatus) {
+    /// The server accepted this status (which carries the latest retry wait, if any) and
+    /// gave the object `version`; or the status was read back at `version`.
+    pub fn status_written(&self, uid: &str, status: TrainClusterStatus, version: Option<String>) {
         self.entry(uid, |e| {
             e.retry = None;
-            e.outstanding.wrote_status(status)
+            e.version = version.clone();
+            e.outstanding.wrote_status(status, version)
         });
+    }
+
+    /// The TrainCluster watch delivered this cluster at `version` (see
+    /// [`Outstanding::cache_shows`]).
+    pub fn train_cluster_cached(&self, uid: &str, version: &str) {
+        self.entry(uid, |e| e.outstanding.cache_shows(version));
+    }
+
+    /// The resourceVersion a status write from the last plan's memory must find.
+    pub fn status_precondition(&self, uid: &str) -> Option<String> {
+        self.entry(uid, |e| e.version.clone())
     }
 
     /// A create was refused again for the same reason: the next try waits as `clock` says,
@@ -233,6 +253,17 @@ impl Ledger {
             e.outstanding
                 .expect_patched(patched, relists, Instant::now())
         });
+    }
+
+    /// The API server answered a write of this cluster (a group's creates): the cache has
+    /// the expectation timeout from now to show what is outstanding.
+    pub fn writes_answered(&self, uid: &str) {
+        self.entry(uid, |e| e.outstanding.answered(Instant::now()));
+    }
+
+    /// Pods we force-deleted that a finalizer keeps, not reported yet (once each).
+    pub fn held_by_finalizers(&self, uid: &str) -> Vec<String> {
+        self.entry(uid, |e| e.outstanding.take_held())
     }
 
     /// Planned pods that were not created (not attempted, or rolled back): nothing of

@@ -33,4 +33,4 @@ pub use config::{LogFormat, OperatorConfig};
 pub use context::Context;
 pub use operator::{OperatorHandle, SHUTDOWN_GRACE, run, start};
 pub use replica::Replica;
-pub use setup::{client_for, init_tracing, runtime, shutdown_signal};
+pub use setup::{client_for, client_from, init_tracing, runtime, shutdown_signal};

@@ -37,6 +37,7 @@ pub struct Metrics {
     pub creates_refused: Counter,
     pub status_writes: Counter,
     pub pod_patches_failed: Counter,
+    pub cache_stalls: Counter,
     pub groups_deleted: Family<ReasonLabels, Counter>,
     pub desired_slices: Family<ClusterLabels, Gauge>,
     pub ready_slices: Family<ClusterLabels, Gauge>,
@@ -57,6 +58,7 @@ impl Default for Metrics {
         let creates_refused = Counter::default();
         let status_writes = Counter::default();
         let pod_patches_failed = Counter::default();
+        let cache_stalls = Counter::default();
         let groups_deleted = Family::<ReasonLabels, Counter>::default();
         let desired_slices = Family::<ClusterLabels, Gauge>::default();
         let ready_slices = Family::<ClusterLabels, Gauge>::default();
@@ -68,6 +70,11 @@ impl Default for Metrics {
             "reconciliations",
             "TrainCluster reconciliations",
             reconciliations.clone(),
+        );
+        registry.register(
+            "cache_stalls",
+            "Times the pod cache did not show the operator's own writes in time and was listed again",
+            cache_stalls.clone(),
         );
         registry.register(
             "reconcile_errors",
@@ -142,6 +149,7 @@ impl Default for Metrics {
             creates_refused,
             status_writes,
             pod_patches_failed,
+            cache_stalls,
             groups_deleted,
             desired_slices,
             ready_slices,

@@ -110,6 +110,10 @@ pub async fn run(
         let _ = started.send((metrics_addr, replica.clone()));
     }
 
+    // Watching before the lease: a standby's caches are warm when it takes over, so a
+    // failover costs no list of every pod.
+    let mut watches = start_watches(&client, &config);
+    replica.watching(watches.livenesses());
     let mut lease = None;
     if config.leader_election {
         let elector = leader::LeaderElector::for_config(client.clone(), &config);
@@ -117,11 +121,15 @@ pub async fn run(
         let acquired_at = tokio::select! {
             acquired = elector.acquire() => acquired?,
             _ = stopped() => return Ok(()),
+            _ = watches.discard() => unreachable!("discarding never ends"),
         };
         tracing::info!("acquired the leader lease");
         lease = Some(elector.keep_renewing(acquired_at));
     }
     replica.set_leader(true);
+    let fence = lease
+        .as_ref()
+        .map_or_else(leader::Fence::open, leader::HeldLease::fence);
 
     let deadline = {
         let stopped = stopped.clone();
@@ -131,7 +139,7 @@ pub async fn run(
         }
     };
     let result = tokio::select! {
-        result = lead(client, &replica, stopped.clone()) => result,
+        result = lead(client, &replica, watches, fence, stopped.clone()) => result,
         err = leader::lost(&mut lease) => Err(err),
         _ = deadline => {
             tracing::warn!(grace = ?SHUTDOWN_GRACE, "in-flight reconciles did not finish in time; stopping anyway");
@@ -145,13 +153,23 @@ pub async fn run(
     result
 }
 
-/// The leader's work: watch, build the context, and reconcile once the caches have synced.
-async fn lead<F>(client: Client, replica: &Replica, stopped: impl Fn() -> F) -> Result<()>
+/// The leader's work: build the context, and reconcile once the caches have synced.
+async fn lead<F>(
+    client: Client,
+    replica: &Replica,
+    watches: Watches,
+    fence: leader::Fence,
+    stopped: impl Fn() -> F,
+) -> Result<()>
 where
     F: Future<Output = ()> + Send + Sync + 'static,
 {
     let config = &replica.config;
-    let (pods, nodes, services) = start_watches(&client, config);
+    let Watches {
+        pods,
+        nodes,
+        services,
+    } = watches;
     let _watch_tasks = AbortOnDrop(vec![pods.task, nodes.task, services.task]);
     drop(nodes.deleted); // node deletions already reach every cluster of their shape
     drop((services.deleted, services.relisted));
@@ -170,6 +188,7 @@ where
         caches,
         trainclusters: trainclusters.clone(),
         nudges,
+        fence,
     }));
     replica.lead_with(ctx.clone());
     tokio::select! {
@@ -177,7 +196,9 @@ where
         _ = stopped() => return Ok(()),
     }
 
-    let tc_changes = train_cluster_changes(&client, &ctx, writer);
+    let tc_liveness = watches::Liveness::new("TrainCluster");
+    replica.watching(vec![tc_liveness.clone()]);
+    let tc_changes = train_cluster_changes(&client, &ctx, writer, tc_liveness);
     let controller = Controller::for_stream(tc_changes, trainclusters.clone())
         .with_config(ControllerConfig::default().concurrency(config.concurrency));
     let changes = Changes {
@@ -209,34 +230,61 @@ where
     Ok(())
 }
 
+/// The pod, node and Service watches of a replica, leading or standing by.
+struct Watches {
+    pods: watches::Watch<LeanPod>,
+    nodes: watches::Watch<LeanNode>,
+    services: watches::Watch<Service>,
+}
+
+impl Watches {
+    fn livenesses(&self) -> Vec<Arc<watches::Liveness>> {
+        vec![
+            self.pods.cache.liveness().clone(),
+            self.nodes.cache.liveness().clone(),
+            self.services.cache.liveness().clone(),
+        ]
+    }
+
+    /// Drop what the watches report while nobody acts on it (see [`watches::Watch::discard`]).
+    async fn discard(&mut self) {
+        futures::join!(
+            self.pods.discard(),
+            self.nodes.discard(),
+            self.services.discard()
+        );
+    }
+}
+
 /// Lean watches: TPU pods (anyone's) and pods labelled as ours, TPU nodes, our headless
 /// Services; each read straight into its lean view (slice_core::lean), everything else
 /// dropped on arrival. See watches.rs for how freshness follows from them.
-fn start_watches(
-    client: &Client,
-    config: &OperatorConfig,
-) -> (
-    watches::Watch<LeanPod>,
-    watches::Watch<LeanNode>,
-    watches::Watch<Service>,
-) {
+fn start_watches(client: &Client, config: &OperatorConfig) -> Watches {
+    let fail_limit = config.watch_timeout();
     let pods = watches::start(
         Api::<LeanPod>::all(client.clone()),
-        watcher::Config::default(),
+        watches::watcher_config(config),
         watches::Policy::pods(),
+        fail_limit,
     );
     let nodes = watches::start(
         Api::<LeanNode>::all(client.clone()),
-        watcher::Config::default().labels(NODE_LABEL_ACCELERATOR),
+        watches::watcher_config(config).labels(NODE_LABEL_ACCELERATOR),
         watches::Policy::nodes(),
+        fail_limit,
     );
     // Read by every reconcile from here rather than by a GET.
     let services = watches::start(
         watched::<Service>(client, config),
-        watcher::Config::default().labels(LABEL_CLUSTER),
+        watches::watcher_config(config).labels(LABEL_CLUSTER),
         watches::Policy::services(),
+        fail_limit,
     );
-    (pods, nodes, services)
+    Watches {
+        pods,
+        nodes,
+        services,
+    }
 }
 
 fn recorder(client: &Client, config: &OperatorConfig) -> Recorder {
@@ -266,16 +314,27 @@ fn train_cluster_changes(
     client: &Client,
     ctx: &Arc<Context>,
     writer: reflector::store::Writer<DeserializeGuard<TrainCluster>>,
+    liveness: Arc<watches::Liveness>,
 ) -> impl futures::Stream<Item = Result<DeserializeGuard<TrainCluster>, watcher::Error>> + Send + use<>
 {
     let forgetting = ctx.clone();
     let api = watched::<DeserializeGuard<TrainCluster>>(client, &ctx.config);
-    watcher(api, watcher::Config::default())
-        .default_backoff()
-        .reflect(writer)
-        .inspect_ok(move |event| forget_gone(&forgetting, event))
-        .applied_objects()
-        .predicate_filter(spec_or_metadata, Default::default())
+    let never = Arc::new(tokio::sync::Notify::new());
+    let fail_limit = ctx.config.watch_timeout();
+    watches::supervised(
+        api,
+        watches::watcher_config(&ctx.config),
+        liveness,
+        never,
+        fail_limit,
+    )
+    .reflect(writer)
+    .inspect_ok(move |event| {
+        status_shown(&forgetting, event);
+        forget_gone(&forgetting, event);
+    })
+    .applied_objects()
+    .predicate_filter(spec_or_metadata, Default::default())
 }
 
 /// The API of the operator's watched namespace, or of all when it watches every one.
@@ -287,6 +346,17 @@ where
     match &config.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
+    }
+}
+
+/// The version of a TrainCluster the cache now holds: once it is the one our status write
+/// made, our write is shown (see `freshness`).
+fn status_shown(ctx: &Context, event: &watcher::Event<DeserializeGuard<TrainCluster>>) {
+    if let watcher::Event::Apply(tc) | watcher::Event::InitApply(tc) = event {
+        let meta = kube::Resource::meta(tc);
+        if let (Some(uid), Some(version)) = (&meta.uid, &meta.resource_version) {
+            ctx.ledger.train_cluster_cached(uid, version);
+        }
     }
 }
 

@@ -7,12 +7,14 @@ use std::sync::{Arc, Mutex};
 use crate::config::OperatorConfig;
 use crate::context::Context;
 use crate::metrics::Metrics;
+use crate::watches::Liveness;
 
 pub struct Replica {
     pub config: OperatorConfig,
     pub metrics: Metrics,
     leader: AtomicBool,
     leading: Mutex<Option<Arc<Context>>>,
+    watches: Mutex<Vec<Arc<Liveness>>>,
 }
 
 impl Replica {
@@ -22,6 +24,7 @@ impl Replica {
             metrics: Metrics::default(),
             leader: AtomicBool::new(false),
             leading: Mutex::new(None),
+            watches: Mutex::new(Vec::new()),
         }
     }
 
@@ -60,9 +63,33 @@ impl Replica {
         self.context().is_some_and(|ctx| ctx.stalled())
     }
 
-    /// /readyz: a standby is ready; a leader is ready once its caches have synced and none
-    /// has stopped showing its writes.
+    /// /readyz: a standby is ready; a leader is ready once every watch has listed (pods,
+    /// nodes, Services, TrainClusters) and no cache has stopped showing its writes.
     pub fn ready(&self) -> bool {
-        !self.is_leader() || (self.synced() && !self.stalled())
+        !self.is_leader() || (self.synced() && !self.stalled() && !self.listing())
+    }
+
+    /// The watches this replica runs, for its health.
+    pub(crate) fn watching(&self, livenesses: Vec<Arc<Liveness>>) {
+        self.livenesses().extend(livenesses);
+    }
+
+    fn livenesses(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Liveness>>> {
+        self.watches.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn listing(&self) -> bool {
+        self.livenesses().iter().any(|l| l.listing())
+    }
+
+    /// /healthz: why this replica should be restarted, if it should: a watch whose list has
+    /// not completed within `--list-deadline-seconds` (a hung LIST, a partition). The lease,
+    /// renewed on other requests, would otherwise keep a leader that plans nothing.
+    pub fn unhealthy(&self) -> Option<String> {
+        let now = tokio::time::Instant::now();
+        let deadline = self.config.list_deadline();
+        self.livenesses()
+            .iter()
+            .find_map(|l| l.unhealthy(now, deadline))
     }
 }

@@ -38,6 +38,7 @@ pub fn triggers(
         trainclusters,
         nodes,
         watched,
+        terminating: Default::default(),
     });
     let (on_pod, on_node, on_gone) = (map.clone(), map.clone(), map);
     futures::stream::select_all([
@@ -45,8 +46,10 @@ pub fn triggers(
             .pods
             .flat_map(move |p| {
                 // Trouble in our own pods only: another team's restarting pods are no
-                // emergency for every cluster of their shape.
-                let urgent = pod_trouble(&p) && ours(&p).is_some();
+                // emergency for every cluster of their shape. A pod of ours seen
+                // terminating for the first time (an eviction, a delete by hand) is too.
+                let urgent =
+                    ours(&p).is_some() && (pod_trouble(&p) || on_pod.first_seen_terminating(&p));
                 each(on_pod.pod_changed(&p), urgent)
             })
             .boxed(),
@@ -63,6 +66,7 @@ pub fn triggers(
         changes
             .pods_gone
             .flat_map(move |p| {
+                on_gone.forget_terminating(&p);
                 let own = on_gone.owner_of_ours(&p);
                 let freed = each(on_gone.node_of(&p), false);
                 each(own, true).chain(freed)
@@ -76,9 +80,28 @@ struct Mapping {
     trainclusters: Store<DeserializeGuard<TrainCluster>>,
     nodes: Store<LeanNode>,
     watched: Option<String>,
+    /// Our pods (by uid) seen with a deletion timestamp, until they are gone.
+    terminating: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Mapping {
+    /// True the first time a pod is seen terminating; its later updates (containers
+    /// stopping) are no news.
+    fn first_seen_terminating(&self, pod: &LeanPod) -> bool {
+        let (Some(_), Some(uid)) = (&pod.metadata.deletion_timestamp, &pod.metadata.uid) else {
+            return false;
+        };
+        let mut seen = self.terminating.lock().unwrap_or_else(|p| p.into_inner());
+        seen.insert(uid.clone())
+    }
+
+    fn forget_terminating(&self, pod: &LeanPod) {
+        if let Some(uid) = &pod.metadata.uid {
+            let mut seen = self.terminating.lock().unwrap_or_else(|p| p.into_inner());
+            seen.remove(uid);
+        }
+    }
+
     /// Ours: its TrainCluster. Anyone else's TPU pod: every cluster of its slice's shape
     /// (the slice turned busy or free).
     fn pod_changed(&self, pod: &LeanPod) -> Vec<TrainClusterRef> {
@@ -172,4 +195,56 @@ pub fn spec_or_metadata(tc: &DeserializeGuard<TrainCluster>) -> Option<u64> {
     meta.labels.hash(&mut hasher);
     meta.annotations.hash(&mut hasher);
     Some(hasher.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::channel::mpsc::unbounded;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+
+    fn ours_terminating(uid: &str) -> Arc<LeanPod> {
+        let mut pod = LeanPod::default();
+        pod.metadata.name = Some(format!("demo-workers-0-{uid}"));
+        pod.metadata.namespace = Some("team".into());
+        pod.metadata.uid = Some(uid.into());
+        pod.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+        pod.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "slices.dev/v1alpha1".into(),
+            kind: "TrainCluster".into(),
+            name: "demo".into(),
+            uid: "tc".into(),
+            controller: Some(true),
+            ..Default::default()
+        }]);
+        Arc::new(pod)
+    }
+
+    /// Finding 6: a pod of ours evicted (or deleted by hand) is urgent for its cluster the
+    /// first time it is seen terminating, not each time its containers report stopping.
+    #[tokio::test]
+    async fn a_pod_of_ours_seen_terminating_is_urgent_once() {
+        let (pods_tx, pods) = unbounded();
+        let (_gone_tx, pods_gone) = unbounded();
+        let (_nodes_tx, nodes) = unbounded();
+        let (_services_tx, services) = unbounded();
+        let (_nudges_tx, nudges) = unbounded();
+        let changes = Changes {
+            pods,
+            pods_gone,
+            nodes,
+            services,
+            nudges,
+        };
+        let (trainclusters, _) = kube::runtime::reflector::store();
+        let (nodes_store, _) = kube::runtime::reflector::store();
+        let mut stream = Box::pin(triggers(changes, trainclusters, nodes_store, None));
+        pods_tx.unbounded_send(ours_terminating("u1")).unwrap();
+        pods_tx.unbounded_send(ours_terminating("u1")).unwrap();
+        let first = stream.next().await.unwrap();
+        let again = stream.next().await.unwrap();
+        assert_eq!(first.target, ObjectRef::new("demo").within("team"));
+        assert!(first.urgent, "first seen terminating");
+        assert!(!again.urgent, "its containers stopping are no news");
+    }
 }

@@ -23,15 +23,17 @@ use kube::Resource;
 use kube::api::Api;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{ObjectRef, Store, store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use serde::de::DeserializeOwned;
 use slice_core::lean::{LeanNode, LeanPod};
 use tokio::sync::Notify;
 
 mod index;
 mod journal;
+mod supervise;
 pub use index::{Index, IndexKey, Indexed};
 pub use journal::{Change, Entries, Journal, SharedJournal};
+pub use supervise::{Liveness, supervised};
 
 /// Changes a journal keeps for its consumer before it asks for a fresh read of the store.
 pub const JOURNAL_CAPACITY: usize = 50_000;
@@ -43,11 +45,17 @@ pub struct Cache<K: Resource<DynamicType = ()> + 'static> {
     relists: Arc<AtomicU64>,
     synced: Arc<AtomicBool>,
     relist: Arc<Notify>,
+    liveness: Arc<Liveness>,
     index: Option<Arc<Index<K>>>,
     journal: Option<SharedJournal<K>>,
 }
 
 impl<K: Resource<DynamicType = ()> + Clone + 'static> Cache<K> {
+    /// How its watch is doing (listing for how long, failing for how long).
+    pub fn liveness(&self) -> &Arc<Liveness> {
+        &self.liveness
+    }
+
     /// The changes applied since the journal's consumer last took them (see
     /// [`Policy::journal`]).
     pub fn journal(&self) -> Option<&Journal<K>> {
@@ -94,6 +102,22 @@ pub struct Watch<K: Resource<DynamicType = ()> + 'static> {
     /// One item per completed (re)list: every TrainCluster may be concerned.
     pub relisted: mpsc::UnboundedReceiver<()>,
     pub task: tokio::task::JoinHandle<()>,
+}
+
+impl<K: Resource<DynamicType = ()> + 'static> Watch<K> {
+    /// Drop whatever the watch reports, for as long as this runs: while nobody acts on it
+    /// (a standby keeping its caches warm), so the channels do not grow. The cache, its
+    /// index and journal keep being fed.
+    pub async fn discard(&mut self) {
+        loop {
+            tokio::select! {
+                Some(_) = self.changes.next() => {}
+                Some(_) = self.deleted.next() => {}
+                Some(_) = self.relisted.next() => {}
+                else => return futures::future::pending().await,
+            }
+        }
+    }
 }
 
 /// How a watch treats its objects.
@@ -146,14 +170,37 @@ impl Policy<k8s_openapi::api::core::v1::Service> {
     }
 }
 
-/// Start watching `api` in a task of its own, as `policy` says.
-pub fn start<K>(api: Api<K>, config: watcher::Config, policy: Policy<K>) -> Watch<K>
+/// Every watch of the operator: ended by the server after the watch timeout (and resumed
+/// from where it stopped), with bookmarks, so a healthy watch is never quiet for longer and
+/// the watcher's idle timeout (the watch timeout plus 5 s) catches a wedged one.
+pub fn watcher_config(config: &crate::config::OperatorConfig) -> watcher::Config {
+    watcher::Config {
+        bookmarks: true,
+        ..watcher::Config::default()
+    }
+    .timeout(config.watch_timeout_seconds)
+}
+
+/// Start watching `api` in a task of its own, as `policy` says; a watch whose calls all fail
+/// for `fail_limit` lists again (see [`supervised`]).
+pub fn start<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    policy: Policy<K>,
+    fail_limit: Duration,
+) -> Watch<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync,
 {
     let (cache, state, (changes, deleted, relisted)) = parts(policy);
-    let relist = cache.relist.clone();
-    let task = tokio::spawn(run(api, config, state, relist));
+    let events = supervised(
+        api,
+        config,
+        cache.liveness.clone(),
+        cache.relist.clone(),
+        fail_limit,
+    );
+    let task = tokio::spawn(run(events, state));
     Watch {
         cache,
         changes,
@@ -207,6 +254,7 @@ where
         relists,
         synced,
         relist,
+        liveness: Liveness::new(K::kind(&()).as_ref()),
         index,
         journal,
     };
@@ -217,7 +265,7 @@ where
 /// caches. Events go through the same path as a watch's (store, index, version). Test
 /// equipment: only in test builds and with the `testing` feature (never in the binary).
 #[cfg(any(test, feature = "testing"))]
-pub struct Feed<K: Resource<DynamicType = ()> + Clone + 'static>(WatchState<K>);
+pub struct Feed<K: Resource<DynamicType = ()> + Clone + 'static>(WatchState<K>, Arc<Liveness>);
 
 #[cfg(any(test, feature = "testing"))]
 impl<K> Feed<K>
@@ -227,11 +275,13 @@ where
     /// A cache and its feed, treating objects as `policy` says; nothing listed yet.
     pub fn new(policy: Policy<K>) -> (Cache<K>, Feed<K>) {
         let (cache, state, _channels) = parts(policy);
-        (cache, Feed(state))
+        let liveness = cache.liveness.clone();
+        (cache, Feed(state, liveness))
     }
 
     /// Apply one watch event, as the watch task would.
     pub fn apply(&mut self, event: watcher::Event<K>) {
+        self.1.observe(Ok(&event), tokio::time::Instant::now());
         self.0.apply(event);
     }
 
@@ -260,29 +310,18 @@ struct WatchState<K: Resource<DynamicType = ()> + Clone + 'static> {
     journal: Option<SharedJournal<K>>,
 }
 
-async fn run<K>(api: Api<K>, config: watcher::Config, mut state: WatchState<K>, relist: Arc<Notify>)
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync,
+/// Apply every event of the supervised watcher to the store (errors are logged there).
+async fn run<K>(
+    events: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+    mut state: WatchState<K>,
+) where
+    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync,
 {
-    loop {
-        let mut events = watcher(api.clone(), config.clone())
-            .default_backoff()
-            .boxed();
-        loop {
-            tokio::select! {
-                event = events.next() => match event {
-                    Some(Ok(event)) => state.apply(event),
-                    Some(Err(e)) => tracing::warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying"),
-                    None => break,
-                },
-                _ = relist.notified() => {
-                    tracing::warn!(kind = %K::kind(&()), "cache stopped showing our writes; listing again");
-                    break;
-                }
-            }
+    let mut events = std::pin::pin!(events);
+    while let Some(event) = events.next().await {
+        if let Ok(event) = event {
+            state.apply(event);
         }
-        // A fresh watcher lists again; the store keeps its last state until the list is done.
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

@@ -55,7 +55,9 @@ async fn a_status_field_the_plan_clears_is_cleared_on_the_server_by_one_apply() 
         }),
         ..Default::default()
     };
-    write_status(&api, "demo", &backing_off).await.unwrap();
+    write_status(&api, "demo", &backing_off, None)
+        .await
+        .unwrap();
     let stored = read(&client).await;
     assert_eq!(
         stored_status(&stored)["createRetryAfter"],
@@ -71,7 +73,7 @@ async fn a_status_field_the_plan_clears_is_cleared_on_the_server_by_one_apply() 
         }),
         ..Default::default()
     };
-    write_status(&api, "demo", &cleared).await.unwrap();
+    write_status(&api, "demo", &cleared, None).await.unwrap();
     let stored = read(&client).await;
     let status = stored_status(&stored);
     for gone in ["createRetryAfter", "avoidedSlices"] {
@@ -116,7 +118,7 @@ async fn status_fields_another_writer_left_are_removed() {
         .await
         .unwrap();
     let api = dynamic_api(client.clone(), "default");
-    write_status(&api, "demo", &TrainClusterStatus::default())
+    write_status(&api, "demo", &TrainClusterStatus::default(), None)
         .await
         .unwrap();
     let stored = read(&client).await;
@@ -229,7 +231,9 @@ async fn a_crd_older_than_the_operator_is_named_as_the_cause_of_a_refused_status
         create_failures: 2,
         ..Default::default()
     };
-    let error = write_status(&api, "demo", &refused).await.unwrap_err();
+    let error = write_status(&api, "demo", &refused, None)
+        .await
+        .unwrap_err();
     let message = error.to_string();
     assert!(
         message.contains("CRD is older than this operator"),
@@ -240,4 +244,38 @@ async fn a_crd_older_than_the_operator_is_named_as_the_cause_of_a_refused_status
         message.contains("kubectl apply --server-side -f crds/"),
         "{message}"
     );
+}
+
+/// Finding 4: a status write carries the resourceVersion of the object its memory was read
+/// from. A write planned before someone else wrote (a standby that took over, while this
+/// replica was deposed and did not know it yet) is refused, and changes nothing.
+#[tokio::test]
+async fn a_status_write_from_memory_someone_has_since_replaced_is_refused() {
+    let (_emulator, client, created) = cluster_on_emulator().await;
+    let api = dynamic_api(client.clone(), "default");
+    let read_at = created.metadata.resource_version.clone();
+    let newer = TrainClusterStatus {
+        restarts: 3,
+        ..Default::default()
+    };
+    let written_at = write_status(&api, "demo", &newer, read_at.clone())
+        .await
+        .expect("the object is as read");
+    assert!(written_at.is_some() && written_at != read_at);
+    let stale = TrainClusterStatus {
+        restarts: 1,
+        ..Default::default()
+    };
+    let error = write_status(&api, "demo", &stale, read_at)
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("409") || error.to_string().contains("modified"),
+        "{error}"
+    );
+    assert_eq!(stored_status(&read(&client).await)["restarts"], 3);
+    write_status(&api, "demo", &stale, written_at)
+        .await
+        .expect("written from the latest version");
+    assert_eq!(stored_status(&read(&client).await)["restarts"], 1);
 }

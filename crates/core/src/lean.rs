@@ -36,7 +36,8 @@ use crate::constants::{
 #[serde(from = "wire::Pod")]
 pub struct LeanPod {
     /// Name, namespace, uid, resourceVersion, owner references, creation and deletion
-    /// timestamps. No labels: those the operator reads are in `labels`.
+    /// timestamps, the deletion grace period (0 once a force delete took effect). No labels:
+    /// those the operator reads are in `labels`.
     pub metadata: ObjectMeta,
     /// The `slices.dev/` labels, in one allocation. Read them here or with [`LeanPod::label`]:
     /// `metadata.labels` (and so kube's `ResourceExt::labels`) is always empty.

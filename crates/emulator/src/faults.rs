@@ -70,7 +70,8 @@ struct ErrorRule {
 struct FaultState {
     rng: u64,
     rules: Vec<ErrorRule>,
-    latency: HashMap<Verb, Duration>,
+    /// By verb, and resource (plural; the object itself, not its subresources) if given.
+    latency: HashMap<(Verb, Option<String>), Duration>,
     injected: u64,
 }
 
@@ -78,9 +79,13 @@ struct FaultState {
 /// streams open when the stall began).
 pub(crate) type Stalls = HashMap<String, u64>;
 
+/// Hung (verb, resource plural) pairs: their requests get no answer while listed.
+type Hangs = std::collections::HashSet<(Verb, String)>;
+
 /// Handle for configuring fault injection. Cheap to clone.
 #[derive(Clone)]
 pub struct Faults {
+    hangs: Arc<tokio::sync::watch::Sender<Hangs>>,
     state: Arc<Mutex<FaultState>>,
     store: SharedStore,
     drop_watches: Arc<tokio::sync::watch::Sender<u64>>,
@@ -113,6 +118,7 @@ impl Faults {
         watch_latency: Option<Duration>,
     ) -> Self {
         let faults = Self {
+            hangs: Arc::new(tokio::sync::watch::channel(Hangs::new()).0),
             state: Arc::new(Mutex::new(FaultState {
                 rng: seed,
                 rules: Vec::new(),
@@ -183,11 +189,22 @@ impl Faults {
 
     /// Add a fixed latency to every request with `verb` (`Duration::ZERO` removes it).
     pub fn set_latency(&self, verb: Verb, latency: Duration) {
+        self.set_latency_of((verb, None), latency);
+    }
+
+    /// Add a fixed latency to the requests with `verb` on one resource (plural), the object
+    /// itself and not its subresources (pod creates, not bindings), as a slow admission
+    /// webhook for that resource does. Added to [`Faults::set_latency`]'s.
+    pub fn set_resource_latency(&self, verb: Verb, resource: &str, latency: Duration) {
+        self.set_latency_of((verb, Some(resource.to_string())), latency);
+    }
+
+    fn set_latency_of(&self, key: (Verb, Option<String>), latency: Duration) {
         let mut s = self.lock();
         if latency.is_zero() {
-            s.latency.remove(&verb);
+            s.latency.remove(&key);
         } else {
-            s.latency.insert(verb, latency);
+            s.latency.insert(key, latency);
         }
     }
 
@@ -218,13 +235,37 @@ impl Faults {
         });
     }
 
-    /// Remove all error rules and latencies and resume stalled watches (the watch latency
-    /// stays: see [`Faults::set_watch_latency`]).
+    /// Hang (`hung: true`) or release the requests with `verb` on a resource (plural, e.g.
+    /// `"pods"`), as an API server replica lost behind a load balancer, or a partition, does:
+    /// the connection stays open and no answer comes, not even headers (for
+    /// [`Verb::Watch`]: the start of a watch). Requests already waiting are answered once
+    /// released; a client that gives up meanwhile is gone.
+    pub fn hang(&self, verb: Verb, resource: &str, hung: bool) {
+        let key = (verb, resource.to_string());
+        self.hangs.send_modify(|h| {
+            if hung {
+                h.insert(key);
+            } else {
+                h.remove(&key);
+            }
+        });
+    }
+
+    /// Waits while requests with `verb` on `resource` hang.
+    pub(crate) async fn wait_while_hung(&self, verb: Verb, resource: &str) {
+        let mut hangs = self.hangs.subscribe();
+        let key = (verb, resource.to_string());
+        let _ = hangs.wait_for(|h| !h.contains(&key)).await;
+    }
+
+    /// Remove all error rules, latencies and hangs and resume stalled watches (the watch
+    /// latency stays: see [`Faults::set_watch_latency`]).
     pub fn clear(&self) {
         let mut s = self.lock();
         s.rules.clear();
         s.latency.clear();
         self.stalls.send_modify(Stalls::clear);
+        self.hangs.send_modify(Hangs::clear);
     }
 
     /// How many errors have been injected so far.
@@ -245,8 +286,16 @@ impl Faults {
         self.drop_watches();
     }
 
-    pub(crate) fn latency(&self, verb: Verb) -> Option<Duration> {
-        self.lock().latency.get(&verb).copied()
+    /// The latency of a request with `verb` on `resource` (`subresource`: one of its
+    /// subresources).
+    pub(crate) fn latency(&self, verb: Verb, resource: &str, subresource: bool) -> Duration {
+        let s = self.lock();
+        let all = s.latency.get(&(verb, None)).copied().unwrap_or_default();
+        let own = (!subresource)
+            .then(|| s.latency.get(&(verb, Some(resource.to_string()))).copied())
+            .flatten()
+            .unwrap_or_default();
+        all + own
     }
 
     /// The watch latency, if any.

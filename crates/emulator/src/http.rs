@@ -302,9 +302,11 @@ async fn resource(
         .priority_levels
         .seat(level.as_deref(), verb == Verb::Watch)
         .await;
-    if let Some(d) = st.faults.latency(verb) {
-        tokio::time::sleep(d).await;
+    let latency = st.faults.latency(verb, &info.plural, sub.is_some());
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
     }
+    st.faults.wait_while_hung(verb, &info.plural).await;
     if let Some(code) = st.faults.check(verb, &info.plural, sub.is_some()) {
         return Err(match (code, name) {
             (409, Some(n)) => ApiError::stale(&info.plural, &info.group, n),

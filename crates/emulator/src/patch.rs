@@ -216,6 +216,19 @@ fn apply_object(
         }
         Err(e) => return Err(e),
     };
+    // A resourceVersion in the configuration is a precondition, as for any update: the
+    // real server's merge keeps it in the object it then updates with optimistic locking.
+    if let Some(version) = config
+        .pointer("/metadata/resourceVersion")
+        .and_then(|v| v.as_str())
+        .filter(|v| !v.is_empty())
+        && live
+            .pointer("/metadata/resourceVersion")
+            .and_then(|v| v.as_str())
+            != Some(version)
+    {
+        return Err(ApiError::stale(&info.plural, &info.group, name));
+    }
     let v = apply(&target, Some(&live), config, manager, force)?;
     let o = store.update(info, ns, name, v, mode, dry_run, Ownership::Applied)?;
     Ok((200, o))

@@ -120,3 +120,28 @@ async fn request_log_counts_writes() {
     assert_eq!(log.writes_since(mark2), 0);
     assert_eq!(log.count_since(mark, "GET", "/pods/r1"), 2);
 }
+
+/// A hung LIST gets no answer at all until released, and hangs only its verb and resource:
+/// the same client's GETs and other resources' LISTs are answered meanwhile.
+#[tokio::test]
+async fn a_hung_list_answers_nothing_until_released() {
+    let emu = emu().await;
+    let pods: Api<Pod> = Api::namespaced(emu.client(), "default");
+    pods.create(&PostParams::default(), &pod("h1", json!({})))
+        .await
+        .unwrap();
+    emu.faults().hang(Verb::List, "pods", true);
+    let params = ListParams::default();
+    let mut hung = std::pin::pin!(pods.list(&params));
+    let waited = tokio::time::timeout(Duration::from_millis(300), hung.as_mut()).await;
+    assert!(waited.is_err(), "no answer while hung");
+    pods.get("h1").await.expect("a GET is answered");
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(emu.client());
+    nodes
+        .list(&ListParams::default())
+        .await
+        .expect("another resource's LIST is answered");
+    emu.faults().hang(Verb::List, "pods", false);
+    let listed = hung.await.expect("answered once released");
+    assert_eq!(listed.items.len(), 1);
+}

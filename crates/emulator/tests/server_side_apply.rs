@@ -392,3 +392,30 @@ async fn service_ports_merge_by_port_and_protocol() {
     assert_eq!(ports, vec![80, 81]);
     emu.shutdown().await;
 }
+
+/// A resourceVersion in an apply configuration is a precondition, as kube-apiserver's
+/// update with optimistic locking has it: a stale one is 409 Conflict and writes nothing;
+/// the current one applies.
+#[tokio::test]
+async fn an_apply_naming_a_stale_resource_version_is_a_conflict() {
+    let emu = emu().await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(emu.client());
+    let first = apply(&cms, "c", "mgr", cm_config("c", json!({"a": "1"})))
+        .await
+        .unwrap();
+    let read_at = first.metadata.resource_version.clone().unwrap();
+    apply(&cms, "c", "other", cm_config("c", json!({"b": "2"})))
+        .await
+        .unwrap();
+    let mut stale = cm_config("c", json!({"a": "old"}));
+    stale["metadata"]["resourceVersion"] = json!(read_at);
+    let refused = apply(&cms, "c", "mgr", stale).await.unwrap_err();
+    assert_eq!(api_code(&refused).0, 409);
+    assert_eq!(stored_cm(&emu, "c")["data"]["a"], "1");
+    let now = stored_cm(&emu, "c")["metadata"]["resourceVersion"].clone();
+    let mut current = cm_config("c", json!({"a": "new"}));
+    current["metadata"]["resourceVersion"] = now;
+    apply(&cms, "c", "mgr", current).await.unwrap();
+    assert_eq!(stored_cm(&emu, "c")["data"]["a"], "new");
+    emu.shutdown().await;
+}

@@ -8,7 +8,7 @@ mod harness;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use harness::{Env, EnvOptions, label, uid};
+use harness::{Env, EnvOptions, http_get, label, uid};
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use slice_core::api::{Membership, Phase};
@@ -385,23 +385,6 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over() {
 }
 
 /// Plain HTTP/1.0 GET against the operator's metrics server.
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let code = response.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (code, body)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_readiness_and_metrics_endpoints_report_the_clusters() {
     let env = env("endpoints", 2, EnvOptions::default()).await;

@@ -37,6 +37,21 @@ fn pod_posts(reqs: &[RecordedRequest]) -> usize {
     posts.count()
 }
 
+/// The emulator logs a request once it has answered it, so a read can see a write that is
+/// not logged yet: wait until a status write of `name` saying `needle` is logged, before a
+/// mark that must come after it.
+async fn status_write_logged(env: &Env, name: &str, needle: &str) {
+    env.wait_for(
+        "the status write logged",
+        Duration::from_secs(10),
+        || async {
+            let writes = status_writes(&since(env, 0), name);
+            writes.iter().any(|w| w.contains(needle)).then_some(())
+        },
+    )
+    .await
+}
+
 fn status_writes(reqs: &[RecordedRequest], name: &str) -> Vec<String> {
     reqs.iter()
         .filter(|r| r.is_write() && r.path.ends_with(&format!("/trainclusters/{name}/status")))
@@ -80,20 +95,7 @@ async fn a_pod_refused_as_invalid_makes_the_generation_invalid_once() {
         "{}",
         condition.message
     );
-    // The emulator logs a request once it has answered it, so a read can see a write that
-    // is not logged yet: wait for the write that reported the refusal to be logged first.
-    env.wait_for(
-        "the refusal's write logged",
-        Duration::from_secs(10),
-        || async {
-            let writes = status_writes(&since(&env, 0), "bad");
-            writes
-                .iter()
-                .any(|w| w.contains("PodRefused"))
-                .then_some(())
-        },
-    )
-    .await;
+    status_write_logged(&env, "bad", "PodRefused").await;
     // Past the first retry of a refusal that may pass (10 s): nothing is tried or written.
     let mark = emulator.requests().mark();
     tokio::time::sleep(Duration::from_secs(13)).await; // an observation window, not a sync
@@ -151,6 +153,7 @@ async fn retries_of_a_refused_create_do_not_rewrite_the_status() {
         "{}",
         condition.message
     );
+    status_write_logged(&env, "quota", CONDITION_REPLICA_FAILURE).await;
     let mark = emulator.requests().mark();
     let refused = || harness::operator_metric(&env, 0, "slice_operator_creates_refused_total");
     let first = refused();
@@ -209,6 +212,7 @@ async fn a_quota_that_admits_part_of_a_group_is_retried_without_status_writes() 
             (c.status == "True" && c.message.contains("exceeded quota: two-pods")).then_some(c)
         })
         .await;
+    status_write_logged(&env, "quota", CONDITION_REPLICA_FAILURE).await;
     let mark = emulator.requests().mark();
     let refused = || harness::operator_metric(&env, 0, "slice_operator_creates_refused_total");
     let first = refused();

@@ -58,6 +58,7 @@ async fn apply_in_order(
     progress: &mut Progress,
 ) -> Result<Option<Duration>> {
     let (tc, plan) = (work.cluster, work.plan);
+    ctx.fence.check()?;
     let namespace = tc.namespace().unwrap_or_default();
     let service_api: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
     let reference = tc.object_ref(&());
@@ -67,7 +68,7 @@ async fn apply_in_order(
     if let Err(e) = &service {
         warn!(error = %e, "could not bring the headless Service to what the plan wants");
         let event = service_failed(e);
-        events::publish(&ctx.recorder, &ctx.ledger, &reference, &[event]).await;
+        events::publish(&ctx.events, &ctx.ledger, &reference, &[event]);
     }
     let api = status::dynamic_api(ctx.client.clone(), &namespace);
     // Status first: it carries the planner's memory (epoch, failures counted, slices kept),
@@ -86,7 +87,7 @@ async fn apply_in_order(
         .filter(|e| progress.done(e.after))
         .cloned()
         .collect();
-    events::publish(&ctx.recorder, &ctx.ledger, &reference, &done).await;
+    events::publish(&ctx.events, &ctx.ledger, &reference, &done);
     let retry = after_pods(ctx, &api, tc, plan, acted, progress, &reference).await?;
     service.map(|_| retry)
 }
@@ -117,7 +118,7 @@ async fn after_pods(
                     write_memory(ctx, api, tc, &status).await?;
                 }
                 let event: Vec<_> = event.into_iter().collect();
-                events::publish(&ctx.recorder, &ctx.ledger, reference, &event).await;
+                events::publish(&ctx.events, &ctx.ledger, reference, &event);
                 return Ok(None);
             }
             let record = match e.spare_rejected() {
@@ -136,7 +137,7 @@ async fn after_pods(
                 None => write_memory(ctx, api, tc, &status).await?,
             }
             let event: Vec<_> = event.into_iter().collect();
-            events::publish(&ctx.recorder, &ctx.ledger, reference, &event).await;
+            events::publish(&ctx.events, &ctx.ledger, reference, &event);
             let retry = creates::retry_at(&status, now)
                 .and_then(|t| Duration::try_from(t.duration_since(now)).ok());
             Ok(retry)
@@ -178,7 +179,8 @@ fn created_kind(plan: &planner::Plan, progress: &Progress) -> creates::Created {
 }
 
 /// Write the planner's memory (the status) and record it in the ledger until the cache
-/// shows it.
+/// shows it. The write must find the object as the memory was read (its resourceVersion):
+/// a write planned from memory someone else has since replaced is refused.
 pub async fn write_memory(
     ctx: &Context,
     api: &Api<DynamicObject>,
@@ -186,11 +188,17 @@ pub async fn write_memory(
     status: &TrainClusterStatus,
 ) -> Result<()> {
     let uid = tc.metadata.uid.as_deref().unwrap_or_default();
-    if let Err(e) = status::write_status(api, &tc.name_any(), status).await {
-        ctx.ledger.status_write_unknown(uid);
-        return Err(e);
-    }
-    ctx.ledger.status_written(uid, status.clone());
+    ctx.fence.check()?;
+    let precondition = ctx.ledger.status_precondition(uid);
+    let version = match status::write_status(api, &tc.name_any(), status, precondition).await {
+        Ok(version) => version,
+        Err(e) => {
+            // A conflict too: someone wrote since our memory was read; read it back.
+            ctx.ledger.status_write_unknown(uid);
+            return Err(e);
+        }
+    };
+    ctx.ledger.status_written(uid, status.clone(), version);
     ctx.metrics.status_writes.inc();
     Ok(())
 }

@@ -119,7 +119,7 @@ pub async fn apply_patches(
     let refused = failures.iter().filter(|f| f.invalid).map(|f| &f.patch.pod);
     if ctx.ledger.patches_failed(uid, generation, refused) {
         let event = patch_failed(example, failures.len());
-        events::publish(&ctx.recorder, &ctx.ledger, &tc.object_ref(&()), &[event]).await;
+        events::publish(&ctx.events, &ctx.ledger, &tc.object_ref(&()), &[event]);
     }
 }
 

@@ -32,7 +32,9 @@ pub async fn apply_pods(
     let limit = CallLimit::new(ctx.config.api_concurrency.max(1));
     let acted = delete_then_create(ctx, tc, &pod_api, plan, relists, &limit, progress).await;
     // Last, whatever became of the rest: labels never hold up a pod that must go or come.
-    apply_patches(ctx, tc, &pod_api, &plan.patch, relists, &limit).await;
+    if ctx.fence.check().is_ok() {
+        apply_patches(ctx, tc, &pod_api, &plan.patch, relists, &limit).await;
+    }
     acted
 }
 
@@ -53,6 +55,7 @@ async fn delete_then_create(
     if disruption {
         ctx.ledger.disrupted(&uid);
     }
+    ctx.fence.check()?;
     let deletes = plan.delete.iter().map(|d| delete_group(pod_api, d, limit));
     let mut first_error = None;
     for (i, result) in join_all(deletes).await.into_iter().enumerate() {
@@ -89,8 +92,11 @@ async fn delete_then_create(
         uid: &uid,
         relists,
     };
+    ctx.fence.check()?;
     creates.groups(0..workers, progress).await?;
+    ctx.fence.check()?;
     create_head(pod_api, plan.create_head.as_ref(), progress).await?;
+    ctx.fence.check()?;
     creates.groups(workers..plan.create.len(), progress).await
 }
 
@@ -113,7 +119,9 @@ impl Creates<'_> {
             .clone()
             .map(|i| create_group(self.pod_api, &plan.create[i], self.limit));
         let mut first_error = None;
-        for (i, result) in range.zip(join_all(creates).await) {
+        let answered = join_all(creates).await;
+        ctx.ledger.writes_answered(self.uid);
+        for (i, result) in range.zip(answered) {
             if let Err(e) = result {
                 self.rolled_back(&e);
                 first_error.get_or_insert(e);

@@ -15,18 +15,23 @@ use slice_core::constants::FIELD_MANAGER;
 use crate::api_call::{backoff, bounded, is_code, retryable};
 use crate::error::{Error, Result};
 
-/// The apply configuration that makes the stored status `status`.
-pub fn status_apply(status: &TrainClusterStatus) -> Result<Value> {
+/// The apply configuration that makes the stored status `status`; with `version`, only if
+/// the object is still at that resourceVersion (else the server answers 409 Conflict).
+pub fn status_apply(status: &TrainClusterStatus, version: Option<&str>) -> Result<Value> {
     use kube::Resource;
     let status = serde_json::to_value(status).map_err(|source| Error::Serialize {
         what: "status",
         source,
     })?;
-    Ok(json!({
+    let mut body = json!({
         "apiVersion": TrainCluster::api_version(&()),
         "kind": TrainCluster::kind(&()),
         "status": status,
-    }))
+    });
+    if let Some(version) = version {
+        body["metadata"] = json!({"resourceVersion": version});
+    }
+    Ok(body)
 }
 
 /// The TrainClusters of `namespace`, read as plain objects: a write's answer is not parsed
@@ -36,13 +41,15 @@ pub fn dynamic_api(client: kube::Client, namespace: &str) -> Api<DynamicObject> 
     Api::namespaced_with(client, namespace, &resource)
 }
 
-/// Make the stored status `status`.
+/// Make the stored status `status`, if the object is still at `version` (when given).
+/// Returns the object's resourceVersion after the write.
 pub async fn write_status(
     api: &Api<DynamicObject>,
     name: &str,
     status: &TrainClusterStatus,
-) -> Result<()> {
-    let body = status_apply(status)?;
+    version: Option<String>,
+) -> Result<Option<String>> {
+    let body = status_apply(status, version.as_deref())?;
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let patch = Patch::Apply(&body);
     let stored = (|| bounded(api.patch_status(name, &params, &patch)))
@@ -57,6 +64,7 @@ pub async fn write_status(
             )),
             false => e.into(),
         })?;
+    let mut version = stored.metadata.resource_version;
     let removals = leftovers(&stored.data["status"], &body["status"]);
     if !removals.is_empty() {
         tracing::info!(fields = ?removals, "removing status fields another writer left");
@@ -83,12 +91,10 @@ pub async fn write_status(
             // Removed meanwhile (a remove of a missing path is refused whole): the next
             // write looks again.
             Err(e) if is_code(&e, 422) => tracing::debug!(error = %e, "leftovers gone already"),
-            other => {
-                other?;
-            }
+            other => version = other?.metadata.resource_version,
         }
     }
-    Ok(())
+    Ok(version)
 }
 
 /// The server cannot type the applied status: the installed CRD lacks a field this operator
@@ -156,7 +162,7 @@ mod tests {
 
     #[test]
     fn the_apply_configuration_names_the_kind_and_leaves_unset_fields_out() {
-        let body = status_apply(&TrainClusterStatus::default()).unwrap();
+        let body = status_apply(&TrainClusterStatus::default(), None).unwrap();
         assert_eq!(body["apiVersion"], "slices.dev/v1alpha1");
         assert_eq!(body["kind"], "TrainCluster");
         let status = body["status"].as_object().unwrap();
@@ -218,7 +224,7 @@ mod tests {
             head: Some(Default::default()),
             ..Default::default()
         };
-        let sent = status_apply(&status).unwrap()["status"].clone();
+        let sent = status_apply(&status, None).unwrap()["status"].clone();
         let levels = [
             (&schema["properties"], &sent, ".status"),
             (

@@ -89,7 +89,7 @@ fn our_status_is_the_memory_until_the_cache_shows_it() {
     let (old, new) = (status(Phase::Pending), status(Phase::Running));
     let mut out = Outstanding::default();
     assert_eq!(out.status_for_planning(Some(&old)), Some(old.clone()));
-    out.wrote_status(new.clone());
+    out.wrote_status(new.clone(), None);
     assert_eq!(out.status_for_planning(Some(&old)), Some(new.clone()));
     assert_eq!(out.status_for_planning(Some(&new)), Some(new.clone()));
     // Caught up: ours is dropped, and the cache is the memory again.
@@ -98,7 +98,7 @@ fn our_status_is_the_memory_until_the_cache_shows_it() {
 
     out.status_unknown();
     assert!(out.needs_status_read());
-    out.wrote_status(new.clone());
+    out.wrote_status(new.clone(), None);
     assert!(!out.needs_status_read());
 }
 
@@ -143,4 +143,72 @@ fn relabelled_pods_are_expected_with_their_new_metadata_hash() {
     assert_eq!(out.check(&one, 0, start), Freshness::Catching);
     // The other pod gone: nothing of it is coming.
     assert_eq!(out.check(&one[..1], 0, start), Freshness::Fresh);
+}
+
+/// Finding 3: the creates of a long apply phase (a thousand pods, a slow webhook, 429s)
+/// are answered long after the plan; the cache has the timeout from the last answer, not
+/// from the plan. Before, the cluster was declared stalled (and every pod listed again).
+#[test]
+fn a_long_apply_phase_is_timed_from_the_last_answer_not_from_the_plan() {
+    let planned = Instant::now();
+    let mut out = Outstanding::default();
+    out.expect_created(
+        [("a-0".to_string(), None), ("a-1".to_string(), None)],
+        0,
+        planned,
+    );
+    let answered = planned + Duration::from_secs(40);
+    out.answered(answered);
+    let shown = [pod("a-0", "u1")];
+    assert_eq!(
+        out.check(&shown, 0, answered + Duration::from_secs(1)),
+        Freshness::Catching
+    );
+    assert_eq!(
+        out.check(&shown, 0, answered + EXPECTATION_TIMEOUT),
+        Freshness::Stalled,
+        "a cache that does not show them after the answer is still stalled"
+    );
+    let mut idle = Outstanding::default();
+    idle.answered(answered);
+    assert_eq!(
+        idle.check(&[], 0, answered),
+        Freshness::Fresh,
+        "nothing armed"
+    );
+}
+
+/// Finding 3: a pod we force-deleted that a finalizer keeps (grace period 0, still there)
+/// shows our delete; it is reported once, by name, and never makes the cache stalled.
+#[test]
+fn a_force_deleted_pod_a_finalizer_keeps_is_reported_once_not_waited_for() {
+    let start = Instant::now();
+    let mut out = Outstanding::default();
+    out.expect_deleted(["u1".to_string(), "u2".to_string()], true, 0, start);
+    let grace = |pod: Arc<LeanPod>, seconds: i64| {
+        let mut pod = (*pod).clone();
+        pod.metadata.deletion_grace_period_seconds = Some(seconds);
+        Arc::new(pod)
+    };
+    let still = [
+        grace(terminating("a-0", "u1"), 30),
+        grace(terminating("a-1", "u2"), 30),
+    ];
+    assert_eq!(out.check(&still, 0, start), Freshness::Catching);
+    let held = [
+        grace(terminating("a-0", "u1"), 0),
+        grace(terminating("a-1", "u2"), 30),
+    ];
+    let late = start + EXPECTATION_TIMEOUT;
+    assert_eq!(
+        out.check(&held[..1], 0, start),
+        Freshness::Fresh,
+        "u2 gone, u1 held"
+    );
+    assert_eq!(out.take_held(), ["a-0"]);
+    assert!(out.take_held().is_empty(), "once");
+    // Deleted again (the planner still sees it Terminating): not reported again.
+    out.expect_deleted(["u1".to_string()], true, 0, start);
+    assert_eq!(out.check(&held[..1], 0, late), Freshness::Fresh);
+    assert!(out.take_held().is_empty());
 }

@@ -15,7 +15,17 @@ struct Fixture {
 }
 
 fn fixture() -> Fixture {
-    let (service, _handle) = tower_test::mock::pair::<
+    fixture_fenced(crate::leader::Fence::open()).0
+}
+
+type Requests = tower_test::mock::Handle<
+    ::http::Request<kube::client::Body>,
+    ::http::Response<kube::client::Body>,
+>;
+
+/// A context whose writes go to a mock API server (the handle sees every request).
+fn fixture_fenced(fence: crate::leader::Fence) -> (Fixture, Requests) {
+    let (service, handle) = tower_test::mock::pair::<
         ::http::Request<kube::client::Body>,
         ::http::Response<kube::client::Body>,
     >();
@@ -37,12 +47,44 @@ fn fixture() -> Fixture {
         },
         trainclusters,
         nudges,
+        fence,
     });
-    Fixture {
+    let fixture = Fixture {
         ctx,
         writer,
         nudged,
-    }
+    };
+    (fixture, handle)
+}
+
+/// Finding 5: a replica that may have lost its lease (its renew deadline passed, whether or
+/// not its renewer has noticed) sends no write at all: a plan with creates and a status to
+/// write is refused before its first call.
+#[tokio::test(start_paused = true)]
+async fn past_the_renew_deadline_a_plan_sends_no_write() {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    let fence = crate::leader::Fence::until("slice-operator-leader", deadline);
+    let (f, mut requests) = fixture_fenced(fence);
+    let world = slice_testkit::World::new(
+        train_cluster(Membership::Independent, 1, 1),
+        slice_testkit::v6e_pools(1),
+    );
+    let plan = world.plan();
+    assert!(!plan.create.is_empty(), "the plan has writes to make");
+    tokio::time::advance(std::time::Duration::from_secs(10)).await;
+    let work = crate::executor::Apply {
+        cluster: &world.cluster,
+        memory: None,
+        plan: &plan,
+        service: None,
+        relists: 0,
+    };
+    let refused = crate::executor::apply(&f.ctx, work).await.unwrap_err();
+    assert!(matches!(refused, Error::LeadershipLost(_)), "{refused}");
+    assert!(
+        futures::poll!(std::pin::pin!(requests.next_request())).is_pending(),
+        "nothing was sent"
+    );
 }
 
 fn cluster(name: &str) -> DeserializeGuard<TrainCluster> {

@@ -42,14 +42,16 @@ pub async fn report(invalid: &InvalidObject, ctx: &Context) -> Result<Action> {
     if let Some((status, event)) = malformed::report(previous, &error, generation, now) {
         warn!(%namespace, %name, %error, "malformed TrainCluster");
         match readable {
-            true => write_status(&api, &name, &status).await?,
+            true => {
+                write_status(&api, &name, &status, None).await?;
+            }
             // A status we cannot read is not ours to apply away: only the phase and the
             // conditions are set, the rest of it stays for whoever can read it.
             false => write_phase_and_conditions(&api, &name, &status).await?,
         }
         ctx.metrics.status_writes.inc();
         let reference = reference(invalid);
-        events::publish(&ctx.recorder, &ctx.ledger, &reference, &[event]).await;
+        events::publish(&ctx.events, &ctx.ledger, &reference, &[event]);
     }
     ctx.ledger.malformed_reported_now(&uid, generation);
     Ok(Action::await_change())

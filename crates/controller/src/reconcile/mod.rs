@@ -1,5 +1,6 @@
 //! One reconcile: observe (caches), plan (pure), apply (executor), record.
 
+pub mod epochs;
 pub mod malformed;
 pub mod observe;
 
@@ -97,7 +98,10 @@ async fn reconcile_inner(tc: &TrainCluster, ctx: &Arc<Context>, namespace: &str)
     };
     let work = Apply {
         cluster: tc,
-        memory: planned.observed.status.as_ref(),
+        memory: match &planned.stored {
+            Some(stored) => stored.as_ref(),
+            None => planned.observed.status.as_ref(),
+        },
         plan: &planned.plan,
         service: planned.service.as_ref(),
         relists: planned.relists,

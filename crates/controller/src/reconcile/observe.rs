@@ -20,6 +20,27 @@ use crate::error::{Error, Result};
 use crate::executor::service::current_service;
 use crate::freshness::{EXPECTATION_TIMEOUT, Freshness};
 
+/// Pods we force-deleted that a finalizer keeps (a webhook's, a backup tool's): ours to
+/// delete was done, the rest is for whoever set the finalizer. Said once per pod.
+fn report_held(tc: &TrainCluster, ctx: &Context, uid: &str) {
+    let held = ctx.ledger.held_by_finalizers(uid);
+    if held.is_empty() {
+        return;
+    }
+    warn!(pods = ?held, "force-deleted pods are kept by a finalizer");
+    let event = planner::PlannedEvent {
+        type_: planner::EventType::Warning,
+        reason: "PodsHeldByFinalizers",
+        note: format!(
+            "force-deleted but kept by a finalizer someone else set: {}",
+            held.join(", ")
+        ),
+        after: None,
+    };
+    let reference = kube::Resource::object_ref(tc, &());
+    crate::events::publish(&ctx.events, &ctx.ledger, &reference, &[event]);
+}
+
 /// What a reconcile does next: wait (the caches are not ready to plan from), or apply a plan.
 pub enum Step {
     Wait(Action),
@@ -31,6 +52,9 @@ pub struct Planned {
     pub plan: planner::Plan,
     /// The TrainCluster with the planner's memory as its status.
     pub observed: TrainCluster,
+    /// The memory as stored, when it differs from what was planned from (an epoch older
+    /// than the pods show): the status is written if the plan's differs from this.
+    pub stored: Option<Option<TrainClusterStatus>>,
     pub service: Option<Service>,
     pub conflicts: Vec<slice_core::api::validate::FieldError>,
     /// The pod cache's relist count the plan was made at.
@@ -55,7 +79,9 @@ pub async fn observe_and_plan(tc: &TrainCluster, ctx: &Arc<Context>) -> Result<S
     }
     // Until the caches show our last writes, a plan would be made from stale observations.
     let relists = ctx.caches.pods.relists();
-    match ctx.ledger.freshness(uid, &pods, relists) {
+    let freshness = ctx.ledger.freshness(uid, &pods, relists);
+    report_held(tc, ctx, uid);
+    match freshness {
         Freshness::Fresh => {}
         // The events of our writes trigger the next reconcile; this is only the fallback.
         Freshness::Catching => {
@@ -69,6 +95,7 @@ pub async fn observe_and_plan(tc: &TrainCluster, ctx: &Arc<Context>) -> Result<S
             // The pod watch stopped delivering: never plan from it; list again.
             warn!(timeout = ?EXPECTATION_TIMEOUT, "the pod cache has not shown our writes; relisting");
             ctx.declare_stalled(relists);
+            ctx.metrics.cache_stalls.inc();
             ctx.ledger.cache_stalled(uid);
             ctx.caches.pods.relist();
             return Ok(Step::Wait(Action::requeue(Duration::from_secs(1))));
@@ -78,6 +105,7 @@ pub async fn observe_and_plan(tc: &TrainCluster, ctx: &Arc<Context>) -> Result<S
     // The planner's memory is its last status: ours while the cache has not shown it.
     let mut observed = tc.clone();
     observed.status = planner_memory(tc, ctx, &namespace, uid).await?;
+    let stored = floor_epochs(&mut observed, &pods);
     // Names others hold (pod names of a cluster that claimed them first, a Service we do
     // not own) are found under the planning lock.
     let service = headless_service(tc, ctx, &namespace).await?;
@@ -105,6 +133,7 @@ pub async fn observe_and_plan(tc: &TrainCluster, ctx: &Arc<Context>) -> Result<S
     Ok(Step::Plan(Box::new(Planned {
         plan,
         observed,
+        stored,
         service,
         conflicts,
         relists,
@@ -113,6 +142,22 @@ pub async fn observe_and_plan(tc: &TrainCluster, ctx: &Arc<Context>) -> Result<S
 
 /// True when the plan ends a reservation on a slice it creates nothing on: others waiting
 /// for slices hear of it from no pod event.
+/// The memory's epochs raised to what our pods show ([`super::epochs`]); returns the
+/// memory as it was if anything was raised.
+fn floor_epochs(
+    observed: &mut TrainCluster,
+    pods: &[Arc<LeanPod>],
+) -> Option<Option<TrainClusterStatus>> {
+    let before = observed.status.clone();
+    let owner = uid(observed).to_string();
+    let status = observed.status.as_mut()?;
+    let raised = super::epochs::floor_at_pods(status, pods, &owner);
+    for (group, written, shown) in &raised {
+        warn!(%group, written, shown, "the status says an older epoch than our pods show (a stale writer); planning from the pods' epoch");
+    }
+    (!raised.is_empty()).then_some(before)
+}
+
 fn gives_back_slices(observed: &TrainCluster, plan: &planner::Plan) -> bool {
     let now: std::collections::HashSet<&str> = plan
         .status
@@ -206,10 +251,14 @@ async fn planner_memory(
     if ctx.ledger.status_in_doubt(uid) {
         let api: Api<TrainCluster> = Api::namespaced(ctx.client.clone(), namespace);
         let current = bounded(api.get_status(&tc.name_any())).await?;
+        let version = current.metadata.resource_version.clone();
         ctx.ledger
-            .status_written(uid, current.status.clone().unwrap_or_default());
+            .status_written(uid, current.status.clone().unwrap_or_default(), version);
     }
-    Ok(ctx.ledger.memory_for_planning(uid, tc.status.as_ref()))
+    let cached_version = tc.metadata.resource_version.as_deref();
+    Ok(ctx
+        .ledger
+        .memory_for_planning(uid, tc.status.as_ref(), cached_version))
 }
 
 /// The cluster's uid ("" before the server gave it one).

@@ -17,6 +17,7 @@ fn served_pod() -> serde_json::Value {
             "generation": 1,
             "creationTimestamp": "2026-11-21T10:00:00Z",
             "deletionTimestamp": "2026-11-21T10:05:00Z",
+            "deletionGracePeriodSeconds": 30,
             "labels": {"slices.dev/cluster": "demo", "slices.dev/host-index": "0",
                        "app.kubernetes.io/name": "traincluster", "team": "a"},
             "annotations": {"note": "x".repeat(4096)},
@@ -72,6 +73,7 @@ fn pod_keeps_what_the_planner_reads_and_nothing_else() {
     assert!(meta.labels.is_none(), "kept once, packed, not as a map");
     assert_eq!(meta.owner_references.as_ref().unwrap()[0].uid, "tc-1");
     assert!(meta.creation_timestamp.is_some() && meta.deletion_timestamp.is_some());
+    assert_eq!(meta.deletion_grace_period_seconds, Some(30));
     assert_eq!(pod.node_name.as_deref(), Some("pool-1-0"));
     assert!(
         pod.requests_tpu,

@@ -16,6 +16,7 @@ pub struct Meta {
     owner_references: Option<Vec<OwnerReference>>,
     creation_timestamp: Option<Time>,
     deletion_timestamp: Option<Time>,
+    deletion_grace_period_seconds: Option<i64>,
 }
 
 impl Meta {
@@ -31,6 +32,7 @@ impl Meta {
             owner_references: self.owner_references,
             creation_timestamp: self.creation_timestamp,
             deletion_timestamp: self.deletion_timestamp,
+            deletion_grace_period_seconds: self.deletion_grace_period_seconds,
             ..Default::default()
         }
     }

@@ -183,8 +183,10 @@ async fn run_once(scenario: &Scenario, settle_timeout: Duration, out: Out) -> an
     let config = OperatorConfig::in_process();
     // As the chart's pod runs it: under its ServiceAccount (the FlowSchemas match that).
     let (namespace, account) = crate::chart_objects::operator_service_account();
-    let operator_client =
-        kube::Client::try_from(emulator.service_account_config(&namespace, &account))?;
+    let operator_client = operator::client_from(
+        emulator.service_account_config(&namespace, &account),
+        &config,
+    )?;
     let operator = operator::start(operator_client, config).await?;
     say(format!(
         "operator started (metrics on http://{}/metrics)",

@@ -77,10 +77,13 @@ fn assets_or_why() -> &'static Result<PathBuf, String> {
     })
 }
 
-/// This test binary runs on a real control plane as on the emulator: the e2e scenarios and
-/// the spec fuzz.
+/// This test binary runs on a real control plane as on the emulator: the e2e scenarios, the
+/// spec fuzz, and the proxy tests of a misbehaving API server.
 fn on_any_cluster() -> bool {
-    matches!(env!("CARGO_CRATE_NAME"), "e2e" | "spec_fuzz")
+    matches!(
+        env!("CARGO_CRATE_NAME"),
+        "e2e" | "spec_fuzz" | "real_api_proxy"
+    )
 }
 
 /// `name` in a folder of the PATH.

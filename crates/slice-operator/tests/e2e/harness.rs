@@ -78,6 +78,8 @@ pub struct EnvOptions {
     pub read_timeout: Option<Duration>,
     /// Options of the in-process API emulator.
     pub emulator: EmulatorOptions,
+    /// Changes to the chart's settings of in-process operators (to test their bounds).
+    pub configure: fn(&mut OperatorConfig),
 }
 
 impl Default for EnvOptions {
@@ -87,6 +89,7 @@ impl Default for EnvOptions {
             leader_election: chart_config().leader_election,
             read_timeout: None,
             emulator: EmulatorOptions::default(),
+            configure: |_| {},
         }
     }
 }
@@ -230,6 +233,7 @@ pub fn operator_lease() -> (String, String) {
 async fn start_operator(emulator: &Emulator, i: usize, options: &EnvOptions) -> OperatorHandle {
     let mut config = chart_config();
     config.leader_election = options.leader_election;
+    (options.configure)(&mut config);
     // Each start is a new process with a new name, as a new pod of the Deployment is: a
     // restarted leader cannot take its old lease back before it expires.
     static STARTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -243,7 +247,7 @@ async fn start_operator(emulator: &Emulator, i: usize, options: &EnvOptions) -> 
     if let Some(timeout) = options.read_timeout {
         kube_config.read_timeout = Some(timeout);
     }
-    let op_client = Client::try_from(kube_config).expect("client");
+    let op_client = operator::client_from(kube_config, &config).expect("client");
     operator::start(op_client, config)
         .await
         .expect("operator starts")
@@ -791,8 +795,11 @@ impl Env {
         config.lease_namespace = Some(namespace.to_string());
         config.identity = Some(format!("operator-{namespace}"));
         let (sa_namespace, account) = slice_sim::operator_service_account();
-        let client = Client::try_from(emulator.service_account_config(&sa_namespace, &account))
-            .expect("client");
+        let client = operator::client_from(
+            emulator.service_account_config(&sa_namespace, &account),
+            &config,
+        )
+        .expect("client");
         let op = operator::start(client, config)
             .await
             .expect("operator starts");
@@ -862,4 +869,22 @@ pub fn pods_by_epoch(pods: &[Pod]) -> std::collections::BTreeMap<String, usize> 
 
 pub fn uid(pod: &Pod) -> String {
     pod.metadata.uid.clone().unwrap_or_default()
+}
+
+/// GET `path` from an operator's metrics endpoint: the status code and the body.
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let code = response.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (code, body)
 }
