@@ -19,7 +19,9 @@ pub fn exit_time(node: &Node, delay: Duration, spread: Duration) -> Duration {
     }
     let labels = node.metadata.labels.as_ref();
     let pool = labels.and_then(|l| l.get(NODE_LABEL_NODEPOOL));
-    let key = pool.or(node.metadata.name.as_ref()).map_or("", String::as_str);
+    let key = pool
+        .or(node.metadata.name.as_ref())
+        .map_or("", String::as_str);
     delay + spread.mul_f64(share(key))
 }
 

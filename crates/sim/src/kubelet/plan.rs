@@ -9,8 +9,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use tokio::time::Instant;
 
-use super::exit_time::exit_time;
 use super::action::{DeleteReason, KubeletAction, Refusal, meta_of, out_of_tpu, reject};
+use super::exit_time::exit_time;
 use super::options::{KubeletOptions, SchedulerMode};
 use super::pod_status::{pod_phase, pod_ready, started_status_patch, stopped_status_patch};
 use super::start_cost::{StartCostModel, node_key};

@@ -90,10 +90,7 @@ fn main() -> ExitCode {
                     let options = slice_sim::KubeletOptions {
                         scheduler,
                         termination_delay: seconds("--termination-delay", termination_delay)?,
-                        termination_spread: seconds(
-                            "--termination-spread",
-                            termination_spread,
-                        )?,
+                        termination_spread: seconds("--termination-spread", termination_spread)?,
                         ..Default::default()
                     };
                     commands::fake_kubelet(kubeconfig, pools, options, shutdown).await

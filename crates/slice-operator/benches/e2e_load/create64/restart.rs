@@ -85,7 +85,11 @@ fn watch_epochs(client: kube::Client) -> (watch::Receiver<Epochs>, tokio::task::
             let mut counts: HashMap<String, (usize, usize, usize)> = HashMap::new();
             for (epoch, terminating, ready) in pods.values() {
                 let c = counts.entry(epoch.clone()).or_default();
-                *c = (c.0 + 1, c.1 + usize::from(*terminating), c.2 + usize::from(*ready));
+                *c = (
+                    c.0 + 1,
+                    c.1 + usize::from(*terminating),
+                    c.2 + usize::from(*ready),
+                );
             }
             tx.send_replace(Epochs { counts });
         }
@@ -164,8 +168,7 @@ pub async fn run(binary: &str) -> anyhow::Result<()> {
     let delay = Duration::from_millis(env_u64("TERMINATION_DELAY_MS", 0));
     let spread = Duration::from_secs(env_u64("TERMINATION_SPREAD_SECS", 30));
     let pools: Vec<String> = (0..SLICES).map(|p| format!("p{p:02}")).collect();
-    let (emulator, nodes, kubeconfig) =
-        crate::start_cluster(&pools, HOSTS, 0, "restart64").await?;
+    let (emulator, nodes, kubeconfig) = crate::start_cluster(&pools, HOSTS, 0, "restart64").await?;
     let client = emulator.client();
     let kubelet_options = KubeletOptions {
         resync: Duration::from_secs(2),
