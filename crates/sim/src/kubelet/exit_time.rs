@@ -25,12 +25,19 @@ pub fn exit_time(node: &Node, delay: Duration, spread: Duration) -> Duration {
     delay + spread.mul_f64(share(key))
 }
 
-/// A fraction in [0, 1], the same for the same key in every run (FNV-1a).
+/// A fraction in [0, 1], the same for the same key in every run: FNV-1a, then MurmurHash3's
+/// finaliser, so that names differing in one last character (`p01`, `p02`) spread over the
+/// whole range rather than in even steps.
 fn share(key: &str) -> f64 {
-    let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+    let fnv = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     });
-    (hash % STEPS) as f64 / (STEPS - 1) as f64
+    let mut h = fnv ^ (fnv >> 33);
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^= h >> 33;
+    (h % STEPS) as f64 / (STEPS - 1) as f64
 }
 
 #[cfg(test)]

@@ -78,6 +78,9 @@ pub struct EnvOptions {
     pub read_timeout: Option<Duration>,
     /// Options of the in-process API emulator.
     pub emulator: EmulatorOptions,
+    /// Deleted pods take up to this much longer to exit, a share fixed per node pool (the
+    /// fake kubelet's `termination_spread`).
+    pub termination_spread: Duration,
 }
 
 impl Default for EnvOptions {
@@ -87,6 +90,7 @@ impl Default for EnvOptions {
             leader_election: chart_config().leader_election,
             read_timeout: None,
             emulator: EmulatorOptions::default(),
+            termination_spread: Duration::ZERO,
         }
     }
 }
@@ -427,6 +431,7 @@ impl Env {
                 node_selector: Some(run_selector(&self.run)),
                 start_delay: Duration::from_millis(100),
                 termination_delay: termination_delay(),
+                termination_spread: self.options.termination_spread,
                 // Where a kube-scheduler runs it binds, and the fake kubelet only admits.
                 scheduler: SchedulerMode::Auto,
                 ..Default::default()
