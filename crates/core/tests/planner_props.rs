@@ -23,6 +23,8 @@ enum Event {
     RemovePool(u32),
     AddPool(u32),
     Wait(i64),
+    /// The Terminating pods on a pool finish stopping (with slow exits).
+    Exit(u32),
 }
 
 fn event() -> impl Strategy<Value = Event> {
@@ -36,6 +38,7 @@ fn event() -> impl Strategy<Value = Event> {
         (0u32..6).prop_map(Event::RemovePool),
         (0u32..8).prop_map(Event::AddPool),
         (0i64..400).prop_map(Event::Wait),
+        (0u32..6).prop_map(Event::Exit),
     ]
 }
 
@@ -48,6 +51,8 @@ struct Setup {
     pools: u32,
     single_host: bool,
     wait_for_ready: bool,
+    /// Deleted pods stay Terminating until an `Exit` of their pool.
+    slow_exits: bool,
 }
 
 fn setup() -> impl Strategy<Value = Setup> {
@@ -59,10 +64,11 @@ fn setup() -> impl Strategy<Value = Setup> {
         0u32..6,
         any::<bool>(),
         prop::bool::weighted(0.85),
+        any::<bool>(),
     )
         .prop_filter_map(
             "min <= max",
-            |(membership, min, max, allowed, pools, single_host, wait_for_ready)| {
+            |(membership, min, max, allowed, pools, single_host, wait_for_ready, slow_exits)| {
                 let lowest = min.max(1);
                 let allowed_ok =
                     allowed.is_empty() || allowed.iter().any(|n| (lowest..=max).contains(n));
@@ -74,6 +80,7 @@ fn setup() -> impl Strategy<Value = Setup> {
                     pools,
                     single_host,
                     wait_for_ready,
+                    slow_exits,
                 })
             },
         )
@@ -98,7 +105,51 @@ fn world_for(setup: &Setup) -> World {
     let nodes = (0..setup.pools)
         .flat_map(|i| pool_nodes(setup, i))
         .collect();
-    World::new(tc, nodes)
+    let mut world = World::new(tc, nodes);
+    world.slow_exits = setup.slow_exits;
+    world
+}
+
+/// What must hold of the pods at every moment. Multislice: no pod of one epoch ever shares a
+/// node pool (a slice) with a pod of another, Terminating or not; and the live members of an
+/// epoch agree on the job's size.
+fn check_world(world: &World, setup: &Setup) -> Result<(), TestCaseError> {
+    if setup.membership != Membership::Multislice {
+        return Ok(());
+    }
+    let pool_of: BTreeMap<String, String> = world
+        .nodes
+        .iter()
+        .map(|n| {
+            let pool = n.metadata.labels.as_ref().unwrap()[NODE_LABEL_NODEPOOL].clone();
+            (n.metadata.name.clone().unwrap(), pool)
+        })
+        .collect();
+    let mut epochs_on: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    let mut sizes: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for pod in &world.pods {
+        let epoch = World::label_of(pod, LABEL_EPOCH).unwrap_or_default();
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.as_ref());
+        if let Some(pool) = node.and_then(|n| pool_of.get(n)) {
+            epochs_on.entry(pool).or_default().insert(epoch.clone());
+        }
+        if pod.metadata.deletion_timestamp.is_none() {
+            let size = World::env_of(pod, ENV_MEGASCALE_NUM_SLICES).unwrap_or_default();
+            sizes.entry(epoch).or_default().insert(size);
+        }
+    }
+    for (pool, epochs) in epochs_on {
+        prop_assert!(
+            epochs.len() <= 1,
+            "epochs {:?} share slice {}",
+            epochs,
+            pool
+        );
+    }
+    for (epoch, sizes) in sizes {
+        prop_assert!(sizes.len() <= 1, "epoch {} has sizes {:?}", epoch, sizes);
+    }
+    Ok(())
 }
 
 fn apply_event(world: &mut World, setup: &Setup, event: &Event) {
@@ -170,6 +221,7 @@ fn apply_event(world: &mut World, setup: &Setup, event: &Event) {
             }
         }
         Event::Wait(s) => world.now += SignedDuration::from_secs(*s),
+        Event::Exit(p) => world.exit(&format!("pool-{p}-")),
     }
 }
 
@@ -234,17 +286,26 @@ fn check_plan(world: &World, plan: &Plan, setup: &Setup) -> Result<(), TestCaseE
             prop_assert_eq!(&s.occupancy, &Occupancy::Free);
         }
     }
-    // Deletes are whole: every live member of the replica is in the delete.
+    // Deletes are whole: every live member of the replica is in the delete, and only its
+    // members (one already Terminating may be deleted again, e.g. forced off a lost node).
     for delete in &plan.delete {
         if let Some(r) = delete.replica {
-            let members: BTreeSet<String> = world
-                .pods
-                .iter()
-                .filter(|p| World::label_of(p, LABEL_REPLICA_INDEX) == Some(r.to_string()))
-                .map(|p| p.metadata.name.clone().unwrap())
-                .collect();
+            let members = |live_only: bool| -> BTreeSet<String> {
+                world
+                    .pods
+                    .iter()
+                    .filter(|p| World::label_of(p, LABEL_REPLICA_INDEX) == Some(r.to_string()))
+                    .filter(|p| !live_only || p.metadata.deletion_timestamp.is_none())
+                    .map(|p| p.metadata.name.clone().unwrap())
+                    .collect()
+            };
             let deleted: BTreeSet<String> = delete.pods.iter().map(|p| p.name.clone()).collect();
-            prop_assert_eq!(members, deleted);
+            prop_assert!(members(true).is_subset(&deleted), "{:?} not whole", deleted);
+            prop_assert!(
+                deleted.is_subset(&members(false)),
+                "{:?} not its own",
+                deleted
+            );
         }
     }
     // Size within [min, max], or 0 while waiting / failed.
@@ -297,6 +358,7 @@ proptest! {
             let again = world.plan();
             prop_assert_eq!(format!("{:?}", plan), format!("{:?}", again));
             world.apply(&plan);
+            check_world(&world, &setup)?;
             apply_event(&mut world, &setup, event);
             world.now += SignedDuration::from_secs(1);
         }
@@ -318,6 +380,7 @@ proptest! {
         // Quiet period: time passes beyond any backoff or resize interval.
         let mut settled = false;
         for _ in 0..40 {
+            world.exit("");
             let plan = world.step();
             world.now += SignedDuration::from_secs(100);
             if plan.is_noop() && plan.requeue_after.is_none() && world.plan().is_noop() {

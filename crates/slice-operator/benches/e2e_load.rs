@@ -19,6 +19,11 @@
 //!   `HEARTBEAT_SECS` (30), `HEARTBEAT_INTERVAL_SECS` (10), `FOREIGN_PODS` (0). See
 //!   `e2e_load/create64/mod.rs` for what is and is not timed.
 //!
+//! * `restart64`: one Multislice TrainCluster of 64 slices x 16 hosts restarted after a
+//!   failed pod, its old pods exiting after 0 to 30 s by slice: the restart's times against
+//!   the issue-28 bound. Knobs: `ROUNDS` (2), `TERMINATION_SPREAD_SECS` (30),
+//!   `TERMINATION_DELAY_MS` (0). See `e2e_load/create64/restart.rs`.
+//!
 //! `E2E_LOAD=create64 cargo bench -p slice-operator --bench e2e_load`
 
 #[path = "e2e_load/create64/mod.rs"]
@@ -70,6 +75,7 @@ fn main() -> anyhow::Result<()> {
     match mode.as_str() {
         "converge100" => runtime.block_on(run(&binary)),
         "create64" => runtime.block_on(create64::run(&binary)),
+        "restart64" => runtime.block_on(create64::restart::run(&binary)),
         other => anyhow::bail!("unknown mode {other:?}: converge100 or create64"),
     }
 }

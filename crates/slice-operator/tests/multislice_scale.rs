@@ -3,7 +3,8 @@
 //! restarts once, as one new epoch, and comes back complete.
 //!
 //! Runs in `make test` (about half a minute in a debug build on 2 cores; it prints its
-//! timings).
+//! timings). Also: a smaller multislice restart whose old pods exit at different paces by
+//! slice, recreated slice by slice.
 
 #[path = "e2e/harness.rs"]
 mod harness;
@@ -170,5 +171,98 @@ async fn a_64_slice_multislice_job_of_1024_pods_restarts_once_and_recovers_fully
         up.as_secs_f64(),
         recovered.as_secs_f64()
     );
+    env.stop().await;
+}
+
+/// The node pools (slices) that hold pods of more than one epoch, with those epochs.
+fn slices_with_two_epochs(pods: &[Pod]) -> BTreeMap<String, BTreeSet<String>> {
+    let mut epochs_on: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for pod in pods {
+        epochs_on
+            .entry(label(pod, LABEL_SLICE))
+            .or_default()
+            .insert(label(pod, LABEL_EPOCH));
+    }
+    epochs_on.retain(|_, epochs| epochs.len() > 1);
+    epochs_on
+}
+
+/// Old pods exit after 0 to 20 s, by slice: the new epoch's groups are created on the
+/// slices already empty while the slow ones still stop, and never beside an old pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multislice_restart_recreates_each_slice_once_its_own_old_pods_are_gone() {
+    const PIPELINED: u32 = 6;
+    let spread = Duration::from_secs(20);
+    let options = EnvOptions {
+        termination_spread: spread,
+        ..Default::default()
+    };
+    let env = Env::start_with("pipeline", &[], options).await;
+    let pools: Vec<NodePoolSpec> = (0..PIPELINED)
+        .map(|p| NodePoolSpec::new(&env.pool(&format!("p{p}")), V6E, "4x4"))
+        .collect();
+    env.add_pools(&pools).await;
+    // The slices must exit at different paces for the test to say anything.
+    let exits: BTreeSet<Duration> = pools
+        .iter()
+        .map(|p| slice_sim::nodes::build_node(p, 0).unwrap())
+        .map(|n| slice_sim::kubelet::exit_time(&n, Duration::ZERO, spread))
+        .collect();
+    let (fastest, slowest) = (exits.first().unwrap(), exits.last().unwrap());
+    assert!(*slowest - *fastest >= Duration::from_secs(5), "{exits:?}");
+
+    let tc = env.train_cluster("pipe", Membership::Multislice, PIPELINED, PIPELINED);
+    env.create(&tc).await;
+    let pods = (PIPELINED * 4) as usize;
+    let all_of_one_epoch = |not: Option<String>| {
+        let env = &env;
+        async move {
+            let pods_now = env.all_worker_pods("pipe").await;
+            let by_epoch = epochs(&pods_now);
+            let epoch = by_epoch.keys().next()?.clone();
+            let whole =
+                pods_now.len() == pods && by_epoch.len() == 1 && Some(&epoch) != not.as_ref();
+            (whole && pods_now.iter().all(is_running)).then_some(epoch)
+        }
+    };
+    let old = env
+        .wait_for("the job running", Duration::from_secs(60), || {
+            all_of_one_epoch(None)
+        })
+        .await;
+
+    slice_sim::fail_pod(&env.client, &env.namespace, "pipe-workers-2-0", 1)
+        .await
+        .unwrap();
+    // Watched until the old epoch is gone: new groups appear while old pods remain, and no
+    // slice ever holds both.
+    let overlap = env
+        .wait_for(
+            "a group of the new epoch while old pods still stop",
+            Duration::from_secs(60),
+            || async {
+                let pods_now = env.all_worker_pods("pipe").await;
+                let mixed = slices_with_two_epochs(&pods_now);
+                assert!(mixed.is_empty(), "slices with two epochs: {mixed:?}");
+                let by_epoch = epochs(&pods_now);
+                (by_epoch.len() == 2 && by_epoch.contains_key(&old)).then_some(by_epoch)
+            },
+        )
+        .await;
+    println!("pipelined restart: pods by epoch while the old one stops: {overlap:?}");
+    env.wait_for("the job whole again", Duration::from_secs(60), || async {
+        let pods_now = env.all_worker_pods("pipe").await;
+        let mixed = slices_with_two_epochs(&pods_now);
+        assert!(mixed.is_empty(), "slices with two epochs: {mixed:?}");
+        all_of_one_epoch(Some(old.clone())).await
+    })
+    .await;
+    let status = env.tcs().get("pipe").await.unwrap().status.unwrap();
+    assert_eq!(status.restarts, 1);
+    env.wait_for("the cluster Running", Duration::from_secs(30), || async {
+        let tc = env.tcs().get("pipe").await.ok()?;
+        (tc.status?.phase == Phase::Running).then_some(())
+    })
+    .await;
     env.stop().await;
 }

@@ -49,6 +49,9 @@ pub struct World {
     pub nodes: Vec<Arc<Node>>,
     pub pods: Vec<Arc<Pod>>,
     pub now: Timestamp,
+    /// When set, a deleted pod is only marked Terminating, as an API server does until its
+    /// kubelet confirms; [`World::exit`] takes such pods away. When not, deletes are instant.
+    pub slow_exits: bool,
     lean_nodes: LeanViews<Node, LeanNode>,
     lean_pods: LeanViews<Pod, LeanPod>,
 }
@@ -60,6 +63,7 @@ impl World {
             nodes: nodes.into_iter().map(Arc::new).collect(),
             pods: Vec::new(),
             now: at(0),
+            slow_exits: false,
             lean_nodes: LeanViews::default(),
             lean_pods: LeanViews::default(),
         }
@@ -104,8 +108,16 @@ impl World {
             .iter()
             .flat_map(|d| d.pods.iter().map(|p| p.name.as_str()))
             .collect();
-        self.pods
-            .retain(|p| !deleted.contains(p.metadata.name.as_deref().unwrap_or_default()));
+        let is_deleted = |p: &Pod| deleted.contains(p.metadata.name.as_deref().unwrap_or_default());
+        if self.slow_exits {
+            let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(self.now);
+            for pod in self.pods.iter_mut().filter(|p| is_deleted(p)) {
+                let meta = &mut Arc::make_mut(pod).metadata;
+                meta.deletion_timestamp.get_or_insert(now.clone());
+            }
+        } else {
+            self.pods.retain(|p| !is_deleted(p));
+        }
         let nodes = self.lean_nodes.of(&self.nodes);
         let mut scheduler = Scheduler::new(&self.nodes, &nodes, &self.pods);
         for create in &plan.create {
@@ -148,6 +160,16 @@ impl World {
                 &patch.annotations,
             );
         }
+    }
+
+    /// The Terminating pods on nodes whose name starts with `node_prefix` (all of them for
+    /// "") finish stopping: their kubelets confirm the deletion.
+    pub fn exit(&mut self, node_prefix: &str) {
+        self.pods.retain(|p| {
+            let node = p.spec.as_ref().and_then(|s| s.node_name.as_deref());
+            let here = node.unwrap_or_default().starts_with(node_prefix);
+            p.metadata.deletion_timestamp.is_none() || !here
+        });
     }
 
     /// Run until the plan is a no-op (at most `limit` steps), advancing time 1 s per step.

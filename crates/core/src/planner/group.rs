@@ -112,14 +112,19 @@ impl<'a> Planner<'a> {
         // After a rejected create, nothing is created until the wait is over either; that
         // is no restart (the phase stays as it was, the ReplicaFailure condition says why).
         let held = backoff_until.or(self.create_hold);
+        let placing = place::Placing {
+            multislice,
+            pinned: group.shape.is_some() && self.tc.spec.elastic.wait_for_ready_slices,
+        };
         let wanted = if sizing.target > 0 && held.is_none() && !failed {
-            place::wanted_replicas(multislice, sizing.target, &occupied, kept.len(), leaving)
+            place::wanted_replicas(placing, sizing.target, &occupied, kept.len(), leaving)
         } else {
             Vec::new()
         };
         let mut free = place::free_slices(&usable, &own, &spare_slices);
         let first_create = self.plan.create.len();
-        let created = self.create_replicas(group, &mut memory, sizing.target, wanted, &mut free);
+        let to_come = place::Members::to_come(sizing.target, &observed, &kept, &usable);
+        let created = self.create_replicas(group, &mut memory, to_come, wanted, &mut free);
         // Spares: the ones just taken make way; the rest are kept at what is wanted once
         // every group has been placed (`refill_all_spares`).
         let swapped = self.swap_spares(name, &spare_sets, first_create, &mut memory);

@@ -1,10 +1,11 @@
 //! Placing a group: which slices it may run on, which replica indexes to create, and the
 //! creation of each as a whole group pinned to its own free slice.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use jiff::SignedDuration;
 
+use super::observe::ObservedReplica;
 use super::render::{self, GroupPlacement, PinnedSlice};
 use super::state::Planner;
 use super::{EventType, GroupCreate};
@@ -18,18 +19,28 @@ const BUSY_LISTED: usize = 8;
 /// How long to wait before looking again for free slices a group needs.
 const SLICE_RETRY: SignedDuration = SignedDuration::from_secs(5);
 
+/// How a group's replicas are placed: as one multislice job or independently, and whether
+/// each is pinned to a free slice of its own.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Placing {
+    pub multislice: bool,
+    pub pinned: bool,
+}
+
 /// The replica indexes to create now. Indexes whose pods still exist (`occupied`) are never
 /// reused; `leaving` counts replicas deleted this round or already draining.
 pub(super) fn wanted_replicas(
-    multislice: bool,
+    placing: Placing,
     target: u32,
     occupied: &BTreeSet<u32>,
     kept: usize,
     leaving: usize,
 ) -> Vec<u32> {
-    if multislice {
-        // A new epoch starts only when every pod of the old one is gone.
-        if leaving > 0 {
+    if placing.multislice {
+        // A new epoch's members pinned to slices start one by one, each on a slice no old
+        // pod is on any more (see `create_replicas`); unpinned ones could be scheduled next to
+        // an old pod, so they start when every pod of the old epoch is gone.
+        if leaving > 0 && !placing.pinned {
             return Vec::new();
         }
         return (0..target).filter(|r| !occupied.contains(r)).collect();
@@ -164,18 +175,24 @@ impl<'a> Planner<'a> {
 
     /// Create the `wanted` replicas, each whole and, for a slice-shaped group, on the next
     /// of the `free` slices (taken from it). Returns the indexes created.
+    ///
+    /// A multislice job starts only when every member still to come has a slice in sight:
+    /// free now, or one of the `vacating` slices its old epoch's pods are leaving. Those come
+    /// free one by one, and each member goes as soon as a slice does, so a restart takes as
+    /// long as its slowest slice, not the sum of the waits.
     pub(super) fn create_replicas(
         &mut self,
         group: &ResolvedGroup<'_>,
         memory: &mut GroupStatus,
-        target: u32,
+        to_come: Members,
         wanted: Vec<u32>,
         free: &mut Vec<&Slice>,
     ) -> Vec<u32> {
         let spec = &self.tc.spec;
         let multislice = spec.membership == crate::api::Membership::Multislice;
         let needs_slice = group.shape.is_some() && spec.elastic.wait_for_ready_slices;
-        if needs_slice && multislice && free.len() < wanted.len() {
+        let target = to_come.target;
+        if needs_slice && multislice && free.len() + to_come.vacating < to_come.missing {
             // Never start part of a multislice job: wait for enough free slices.
             self.wake_at(self.now + SLICE_RETRY);
             return Vec::new();
@@ -250,6 +267,43 @@ impl<'a> Planner<'a> {
     pub(super) fn promise(&mut self, free: &[&Slice], count: usize) {
         for s in free.iter().take(count) {
             self.claimed.insert(s.id.clone());
+        }
+    }
+}
+
+/// The members of a multislice job still to come, and the slices in sight for them.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Members {
+    /// The job's size.
+    pub target: u32,
+    /// Members with no pods of this epoch yet: to create now, or once their index is free.
+    pub missing: usize,
+    /// Usable slices only leaving replicas of the group are on: free once they are gone.
+    pub vacating: usize,
+}
+
+impl Members {
+    /// Of `target` members, the `kept` run; the usable slices only replicas `observed` but
+    /// not kept (leaving) are on will be free for the rest.
+    pub fn to_come(
+        target: u32,
+        observed: &BTreeMap<u32, ObservedReplica<'_>>,
+        kept: &[&ObservedReplica<'_>],
+        usable: &[&Slice],
+    ) -> Members {
+        let kept_slices: HashSet<&str> = kept.iter().filter_map(|r| r.slice).collect();
+        let leaving: HashSet<&str> = observed
+            .values()
+            .filter_map(|r| r.slice)
+            .filter(|s| !kept_slices.contains(s))
+            .collect();
+        Members {
+            target,
+            missing: (target as usize).saturating_sub(kept.len()),
+            vacating: usable
+                .iter()
+                .filter(|s| leaving.contains(s.id.as_str()))
+                .count(),
         }
     }
 }

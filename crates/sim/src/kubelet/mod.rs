@@ -26,6 +26,7 @@
 mod action;
 mod events;
 mod execute;
+pub mod exit_time;
 mod node_lease;
 mod options;
 mod plan;
@@ -36,6 +37,7 @@ mod start_cost;
 pub use action::{DeleteReason, KubeletAction, Refusal, UNEXPECTED_ADMISSION_REASON};
 pub use events::KubeletEvent;
 pub use execute::{bind_pod, binding_for, force_delete_pod};
+pub use exit_time::exit_time;
 pub use node_lease::{NODE_LEASE_NAMESPACE, RENEW_INTERVAL, kubelet_alive, node_lease};
 pub use options::{KubeletOptions, SchedulerMode};
 pub use plan::KubeletCore;

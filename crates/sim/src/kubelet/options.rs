@@ -69,6 +69,9 @@ pub struct KubeletOptions {
     /// Time the containers take to stop once a pod on a Ready node is marked for deletion,
     /// before the kubelet confirms the deletion.
     pub termination_delay: Duration,
+    /// Pods take up to this much longer than `termination_delay` to stop: a share of it
+    /// fixed per node pool, so that some slices empty long before others (`exit_time`).
+    pub termination_spread: Duration,
     /// How long a bound pod's node must be missing before the pod is deleted.
     pub orphan_grace: Duration,
     /// Re-issue an action whose effect is not yet visible after this long.
@@ -90,6 +93,7 @@ impl Default for KubeletOptions {
             start_delay: Duration::ZERO,
             start_costs: None,
             termination_delay: Duration::from_millis(100),
+            termination_spread: Duration::ZERO,
             orphan_grace: Duration::from_millis(500),
             retry_after: Duration::from_secs(2),
             resync: Duration::from_millis(500),

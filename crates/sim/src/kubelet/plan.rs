@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use tokio::time::Instant;
 
 use super::action::{DeleteReason, KubeletAction, Refusal, meta_of, out_of_tpu, reject};
+use super::exit_time::exit_time;
 use super::options::{KubeletOptions, SchedulerMode};
 use super::pod_status::{pod_phase, pod_ready, started_status_patch, stopped_status_patch};
 use super::start_cost::{StartCostModel, node_key};
@@ -22,6 +23,7 @@ use crate::sched::{
 pub struct KubeletCore {
     pub start_delay: Duration,
     pub termination_delay: Duration,
+    pub termination_spread: Duration,
     pub orphan_grace: Duration,
     pub retry_after: Duration,
     pub scheduler_name: Option<String>,
@@ -68,6 +70,7 @@ impl KubeletCore {
         KubeletCore {
             start_delay: options.start_delay,
             termination_delay: options.termination_delay,
+            termination_spread: options.termination_spread,
             orphan_grace: options.orphan_grace,
             retry_after: options.retry_after,
             scheduler_name: options.scheduler_name.clone(),
@@ -337,7 +340,7 @@ impl KubeletCore {
         };
         let node_ready = node_is_ready(node);
         if is_terminating(pod) {
-            return self.plan_termination(pod, node_ready, now);
+            return self.plan_termination(pod, node, now);
         }
         if pod_is_terminal(pod) {
             return None;
@@ -354,23 +357,20 @@ impl KubeletCore {
     }
 
     /// A pod marked for deletion, on a node that exists. On a Ready node its kubelet stops
-    /// the containers and confirms the deletion, `termination_delay` after it first saw it.
+    /// the containers and confirms the deletion, `termination_delay` (plus the node pool's
+    /// share of `termination_spread`) after it first saw it.
     /// On a node that is not Ready nobody can (the kubelet is down; the node lifecycle
     /// controller only marks the pod not ready): the pod stays Terminating until the node
     /// is Ready again or gone (then PodGC deletes it).
-    fn plan_termination(
-        &mut self,
-        pod: &Pod,
-        node_ready: bool,
-        now: Instant,
-    ) -> Option<KubeletAction> {
+    fn plan_termination(&mut self, pod: &Pod, node: &Node, now: Instant) -> Option<KubeletAction> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        if !node_ready {
+        if !node_is_ready(node) {
             self.terminating_seen.remove(&uid);
             return pod_ready(pod).then(|| KubeletAction::set_ready(pod, false));
         }
         let seen = *self.terminating_seen.entry(uid).or_insert(now);
-        (now.duration_since(seen) >= self.termination_delay).then(|| {
+        let takes = exit_time(node, self.termination_delay, self.termination_spread);
+        (now.duration_since(seen) >= takes).then(|| {
             let stop = (!pod_is_terminal(pod)).then(|| stopped_status_patch(pod));
             KubeletAction::delete(pod, DeleteReason::Terminating, stop)
         })
@@ -471,3 +471,6 @@ fn assumed_bound(pod: &Pod, node: &str) -> Pod {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod exit_tests;

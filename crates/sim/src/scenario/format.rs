@@ -57,6 +57,12 @@ pub struct KubeletSettings {
     /// them a pod is Running and Ready `startDelay` after it is bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_costs: Option<StartCostSettings>,
+    /// How long a deleted pod's containers take to stop before its kubelet confirms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub termination_delay: Option<SimDuration>,
+    /// Up to this much longer, a share fixed per node pool (some slices exit later).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub termination_spread: Option<SimDuration>,
 }
 
 /// Default preemption delays of a scenario.
@@ -339,6 +345,14 @@ impl Scenario {
                 .as_ref()
                 .map(|c| c.costs())
                 .or(base.start_costs),
+            termination_delay: self
+                .kubelet
+                .termination_delay
+                .map_or(base.termination_delay, |d| d.0),
+            termination_spread: self
+                .kubelet
+                .termination_spread
+                .map_or(base.termination_spread, |d| d.0),
             ..base
         }
     }

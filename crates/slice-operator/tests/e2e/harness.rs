@@ -80,6 +80,9 @@ pub struct EnvOptions {
     pub emulator: EmulatorOptions,
     /// Changes to the chart's settings of in-process operators (to test their bounds).
     pub configure: fn(&mut OperatorConfig),
+    /// Deleted pods take up to this much longer to exit, a share fixed per node pool (the
+    /// fake kubelet's `termination_spread`).
+    pub termination_spread: Duration,
 }
 
 impl Default for EnvOptions {
@@ -90,6 +93,7 @@ impl Default for EnvOptions {
             read_timeout: None,
             emulator: EmulatorOptions::default(),
             configure: |_| {},
+            termination_spread: Duration::ZERO,
         }
     }
 }
@@ -432,6 +436,7 @@ impl Env {
                 node_selector: Some(run_selector(&self.run)),
                 start_delay: Duration::from_millis(100),
                 termination_delay: termination_delay(),
+                termination_spread: self.options.termination_spread,
                 // Where a kube-scheduler runs it binds, and the fake kubelet only admits.
                 scheduler: SchedulerMode::Auto,
                 ..Default::default()

@@ -10,27 +10,54 @@ fn ids(slices: &[&Slice]) -> Vec<String> {
     slices.iter().map(|s| s.id.clone()).collect()
 }
 
+const INDEPENDENT: Placing = Placing {
+    multislice: false,
+    pinned: true,
+};
+const MULTISLICE: Placing = Placing {
+    multislice: true,
+    pinned: true,
+};
+
+/// `missing` members of a job of `target` to come, no old slice still vacating.
+fn fresh(target: u32, missing: usize) -> Members {
+    Members {
+        target,
+        missing,
+        vacating: 0,
+    }
+}
+
 #[test]
 fn independent_replicas_fill_the_lowest_free_indexes_counting_those_leaving() {
     let occupied = BTreeSet::from([0, 2]);
-    assert_eq!(wanted_replicas(false, 4, &occupied, 2, 0), [1, 3]);
+    assert_eq!(wanted_replicas(INDEPENDENT, 4, &occupied, 2, 0), [1, 3]);
     // Index 1 is still leaving: its slot is taken until its pods are gone.
     let occupied = BTreeSet::from([0, 1]);
-    assert_eq!(wanted_replicas(false, 3, &occupied, 1, 1), [2]);
+    assert_eq!(wanted_replicas(INDEPENDENT, 3, &occupied, 1, 1), [2]);
     assert_eq!(
-        wanted_replicas(false, 2, &occupied, 2, 0),
+        wanted_replicas(INDEPENDENT, 2, &occupied, 2, 0),
         Vec::<u32>::new()
     );
 }
 
 #[test]
-fn a_multislice_job_fills_every_missing_index_below_the_target_once_nothing_is_leaving() {
+fn a_multislice_job_fills_every_missing_index_below_the_target_whose_old_pods_are_gone() {
     let occupied = BTreeSet::from([1]);
-    assert_eq!(wanted_replicas(true, 3, &occupied, 1, 0), [0, 2]);
+    assert_eq!(wanted_replicas(MULTISLICE, 3, &occupied, 1, 0), [0, 2]);
     assert_eq!(
-        wanted_replicas(true, 3, &occupied, 1, 1),
+        wanted_replicas(MULTISLICE, 3, &occupied, 0, 1),
+        [0, 2],
+        "index 1 waits for its old pods; the others need not"
+    );
+    let unpinned = Placing {
+        pinned: false,
+        ..MULTISLICE
+    };
+    assert_eq!(
+        wanted_replicas(unpinned, 3, &occupied, 0, 1),
         Vec::<u32>::new(),
-        "the old epoch has not gone yet"
+        "unpinned members could land beside an old pod: the old epoch goes first"
     );
 }
 
@@ -119,7 +146,7 @@ fn each_created_replica_takes_the_next_free_slice_and_a_new_incarnation() {
         next_incarnation: 7,
         ..Default::default()
     };
-    let created = planner.create_replicas(&group, &mut memory, 4, vec![1, 3], &mut free);
+    let created = planner.create_replicas(&group, &mut memory, fresh(4, 2), vec![1, 3], &mut free);
     assert_eq!(created, [1, 3]);
     assert_eq!(ids(&free), ["pool-2"], "the rest stay free");
     assert_eq!(memory.next_incarnation, 9);
@@ -151,7 +178,8 @@ fn independent_replicas_start_on_the_slices_there_are_and_wait_for_the_rest() {
     let mut planner = scene.planner();
     let mut free: Vec<&Slice> = scene.inventory.slices().collect();
     let mut memory = GroupStatus::default();
-    let created = planner.create_replicas(&group, &mut memory, 3, vec![0, 1, 2], &mut free);
+    let created =
+        planner.create_replicas(&group, &mut memory, fresh(3, 3), vec![0, 1, 2], &mut free);
     assert_eq!(created, [0]);
     assert_eq!(planner.wake, Some(scene.world.now + SLICE_RETRY));
 }
@@ -163,10 +191,36 @@ fn a_multislice_job_never_starts_on_part_of_its_slices() {
     let mut planner = scene.planner();
     let mut free: Vec<&Slice> = scene.inventory.slices().collect();
     let mut memory = GroupStatus::default();
-    let created = planner.create_replicas(&group, &mut memory, 3, vec![0, 1, 2], &mut free);
+    let created =
+        planner.create_replicas(&group, &mut memory, fresh(3, 3), vec![0, 1, 2], &mut free);
     assert!(created.is_empty() && planner.plan.create.is_empty());
     assert_eq!(free.len(), 2, "nothing taken");
     assert_eq!(planner.wake, Some(scene.world.now + SLICE_RETRY));
+}
+
+#[test]
+fn a_restarting_multislice_job_starts_members_on_free_slices_while_its_old_slices_empty() {
+    let scene = Scene::fresh(Membership::Multislice, 1, 4, 1);
+    let group = scene.group();
+    let mut planner = scene.planner();
+    let mut free: Vec<&Slice> = scene.inventory.slices().collect();
+    let mut memory = GroupStatus::default();
+    // One slice free now, two more with old pods still on them: three members to come.
+    let to_come = Members {
+        target: 3,
+        missing: 3,
+        vacating: 2,
+    };
+    let created = planner.create_replicas(&group, &mut memory, to_come, vec![2], &mut free);
+    assert_eq!(created, [2]);
+    let short = Members {
+        vacating: 1,
+        ..to_come
+    };
+    let mut free: Vec<&Slice> = scene.inventory.slices().collect();
+    let mut planner = scene.planner();
+    let created = planner.create_replicas(&group, &mut memory, short, vec![2], &mut free);
+    assert!(created.is_empty(), "one member would have no slice");
 }
 
 #[test]
@@ -180,7 +234,13 @@ fn groups_without_slices_are_created_unpinned() {
     let group = scene.group();
     let mut planner = scene.planner();
     let mut memory = GroupStatus::default();
-    let created = planner.create_replicas(&group, &mut memory, 2, vec![0, 1], &mut Vec::new());
+    let created = planner.create_replicas(
+        &group,
+        &mut memory,
+        fresh(2, 2),
+        vec![0, 1],
+        &mut Vec::new(),
+    );
     assert_eq!(created, [0, 1]);
     assert!(planner.plan.create.iter().all(|c| c.slice.is_none()));
     assert_eq!(planner.plan.create[1].pods.len(), 2);

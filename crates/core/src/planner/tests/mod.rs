@@ -14,6 +14,7 @@ mod placement;
 mod recovery;
 mod refused_retries;
 mod rejections;
+mod restart_pipeline;
 mod spares;
 
 use std::collections::{BTreeSet, HashSet};

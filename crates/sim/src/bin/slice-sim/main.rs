@@ -57,6 +57,10 @@ enum Command {
         /// before its deletion is confirmed: a TPU workload can take seconds to exit.
         #[arg(long, default_value_t = 0.1)]
         termination_delay: f64,
+        /// Up to this many seconds more, a share fixed per node pool: some slices' pods
+        /// take longer to exit than others'.
+        #[arg(long, default_value_t = 0.0)]
+        termination_spread: f64,
     },
 }
 
@@ -77,6 +81,7 @@ fn main() -> ExitCode {
             pools,
             scheduler,
             termination_delay,
+            termination_spread,
         } => slice_controller::runtime()
             .map_err(anyhow::Error::from)
             .and_then(|rt| {
@@ -85,6 +90,7 @@ fn main() -> ExitCode {
                     let options = slice_sim::KubeletOptions {
                         scheduler,
                         termination_delay: seconds("--termination-delay", termination_delay)?,
+                        termination_spread: seconds("--termination-spread", termination_spread)?,
                         ..Default::default()
                     };
                     commands::fake_kubelet(kubeconfig, pools, options, shutdown).await

@@ -40,6 +40,7 @@ pub(crate) mod ceiling;
 pub(crate) mod cluster;
 pub(crate) mod operator;
 pub(crate) mod pods;
+pub(crate) mod restart;
 pub(crate) mod settings;
 pub(crate) mod steady;
 
