@@ -212,7 +212,7 @@ async fn a_quota_that_admits_part_of_a_group_is_retried_without_status_writes() 
             (c.status == "True" && c.message.contains("exceeded quota: two-pods")).then_some(c)
         })
         .await;
-    status_write_logged(&env, "quota", CONDITION_REPLICA_FAILURE).await;
+    status_write_logged(&env, "half", CONDITION_REPLICA_FAILURE).await;
     let mark = emulator.requests().mark();
     let refused = || harness::operator_metric(&env, 0, "slice_operator_creates_refused_total");
     let first = refused();
