@@ -35,13 +35,7 @@ async fn a_pod_its_kubelet_refuses_at_admission_is_recreated_and_not_charged() {
     assert_eq!(noted.reason, UNEXPECTED_ADMISSION_REASON);
     assert!(refusing.contains(&noted.node), "{noted:?}");
     assert!(noted.message.contains("which is unexpected"), "{noted:?}");
-    let deleted: Vec<String> = env
-        .events_for("demo")
-        .await
-        .into_iter()
-        .filter(|(reason, _)| reason == "GroupDeleted")
-        .map(|(_, note)| note)
-        .collect();
+    let deleted = env.event_notes("demo", "GroupDeleted").await;
     assert!(
         deleted
             .iter()

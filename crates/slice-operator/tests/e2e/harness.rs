@@ -716,6 +716,15 @@ impl Env {
             .collect()
     }
 
+    /// The notes of the cluster's events with this reason.
+    pub async fn event_notes(&self, name: &str, reason: &str) -> Vec<String> {
+        let events = self.events_for(name).await.into_iter();
+        events
+            .filter(|(r, _)| r == reason)
+            .map(|(_, note)| note)
+            .collect()
+    }
+
     pub async fn preempt(&self, pool: &str) {
         let timing = PreemptionTiming {
             notice: Duration::from_millis(300),

@@ -105,13 +105,7 @@ async fn a_kubelet_eviction_is_a_preemption() {
     wait_replaced(&env, "demo", 1, &uids(&pods)).await;
     let status = status(&env, "demo").await;
     assert_eq!((status.restarts, status.preemptions), (0, 1), "{status:?}");
-    let deleted: Vec<String> = env
-        .events_for("demo")
-        .await
-        .into_iter()
-        .filter(|(reason, _)| reason == "GroupDeleted")
-        .map(|(_, note)| note)
-        .collect();
+    let deleted = env.event_notes("demo", "GroupDeleted").await;
     assert!(
         deleted
             .iter()
