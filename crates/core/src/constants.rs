@@ -76,6 +76,8 @@ pub const NODE_LABEL_TOPOLOGY: &str = "cloud.google.com/gke-tpu-topology";
 pub const NODE_LABEL_NODEPOOL: &str = "cloud.google.com/gke-nodepool";
 /// The machine type; GKE TPU machine types end in `-<chips>t` (e.g. `ct6e-standard-4t`).
 pub const NODE_LABEL_INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
+/// A node's own name as a label: pins a single-host slice's pod to its node.
+pub const NODE_LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
 /// The zone: the brake on mass node loss looks at each zone's share of NotReady nodes.
 pub const NODE_LABEL_ZONE: &str = "topology.kubernetes.io/zone";
 /// The node labels the operator reads; the lean node view keeps only these.

@@ -362,11 +362,14 @@ impl<'a> Scheduler<'a> {
         } else {
             self.all.clone()
         };
+        let tpu = pod_requests_tpu(pod);
+        let needs = slice_core::fit::PodNeeds::of(pod.spec.as_ref(), tpu);
         let (_, node) = candidates.into_iter().find(|(full, lean)| {
             let labels = full.metadata.labels.as_ref();
-            selector
-                .iter()
-                .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+            let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
+            needs
+                .refusal(label, lean.traits.taints(), lean.name())
+                .is_none()
                 && slice_core::inventory::node_health(lean)
                     == slice_core::inventory::NodeHealth::Ready
                 && !self.used.contains(lean.name())
@@ -375,6 +378,14 @@ impl<'a> Scheduler<'a> {
         self.used.insert(name.clone());
         Some(name)
     }
+}
+
+fn pod_requests_tpu(pod: &Pod) -> bool {
+    let containers = pod.spec.iter().flat_map(|s| &s.containers);
+    let resources = containers.filter_map(|c| c.resources.as_ref());
+    resources
+        .flat_map(|r| r.requests.iter().chain(r.limits.iter()))
+        .any(|m| m.contains_key(TPU_RESOURCE))
 }
 
 /// A JSON merge patch of one map: `Some` sets a key, `None` removes it.

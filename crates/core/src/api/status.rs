@@ -204,6 +204,11 @@ pub struct GroupStatus {
     /// Slices of the group's shape that others use (at most 8 listed): `slice: by what`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub busy_slices: Vec<String>,
+    /// Slices of the group's shape its pods could not run on (at most 8 listed): `slice:
+    /// why` (a node selector or required node affinity their nodes do not match, a taint
+    /// the pods do not tolerate). Named, like `busySlices`, only while the group is short.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unfit_slices: Vec<String>,
     /// Slices kept for the group while it has replicas to (re)create (a restart, a
     /// replacement, growth): no other TrainCluster is given them, even in the moment
     /// between the old pods going and the new ones being created. Empty while it runs whole.

@@ -66,8 +66,14 @@ impl<'a> Planner<'a> {
         let usable = self.usable_slices(group, &mine, &spare_slices, grace);
         memory.available_slices = available_slices(group, usable.len());
         // Named only while they matter, so that others' churn rewrites no settled status.
-        memory.busy_slices = if memory.available_slices < group.spec.slices.max {
+        let short = memory.available_slices < group.spec.slices.max;
+        memory.busy_slices = if short {
             self.busy_slices(group)
+        } else {
+            Vec::new()
+        };
+        memory.unfit_slices = if short {
+            self.unfit_slices(group)
         } else {
             Vec::new()
         };

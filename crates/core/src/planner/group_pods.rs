@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Affinity, Pod};
 
 use crate::constants::{ENV_TPU_WORKER_ID, LABEL_HOST_INDEX};
 
@@ -23,6 +23,10 @@ pub struct GroupPods {
     /// The name without the host index: a host's pod is named `<stem><host>`.
     stem: Arc<str>,
     per_host: PerHost,
+    /// The affinity of every host but host 0, when it differs from host 0's: only host 0
+    /// carries the term that keeps other groups off its node pool (see
+    /// `render::worker_pod`).
+    followers_affinity: Option<Box<Option<Affinity>>>,
 }
 
 /// What a host's index changes besides its name and `slices.dev/host-index` label.
@@ -61,7 +65,14 @@ impl GroupPods {
             hosts,
             stem,
             per_host,
+            followers_affinity: None,
         }
+    }
+
+    /// Hosts other than host 0 have `affinity` instead of host 0's.
+    pub(super) fn with_followers_affinity(mut self, affinity: Option<Affinity>) -> GroupPods {
+        self.followers_affinity = Some(Box::new(affinity));
+        self
     }
 
     /// How many pods the group has.
@@ -96,6 +107,9 @@ impl GroupPods {
         let index = host.to_string();
         if let Some(labels) = pod.metadata.labels.as_mut() {
             labels.insert(LABEL_HOST_INDEX.into(), index.clone());
+        }
+        if let (Some(affinity), Some(spec)) = (&self.followers_affinity, pod.spec.as_mut()) {
+            spec.affinity = Option::clone(affinity);
         }
         if let (PerHost::Worker { tpu }, Some(spec)) = (self.per_host, pod.spec.as_mut()) {
             spec.hostname = Some(name.clone());

@@ -101,8 +101,12 @@ fn set_conditions(
                 [] => String::new(),
                 busy => format!(" (busy: {})", busy.join(", ")),
             };
+            let unfit = match g.status.unfit_slices.as_slice() {
+                [] => String::new(),
+                unfit => format!(" (unfit: {})", unfit.join("; ")),
+            };
             format!(
-                "group {}: {} of slices.min {} available{busy}",
+                "group {}: {} of slices.min {} available{busy}{unfit}",
                 g.status.name,
                 g.status.available_slices,
                 g.min.max(1)

@@ -237,10 +237,12 @@ impl<'a> Planner<'a> {
         }
         let accelerator = shape.generation.accelerator_label();
         let topology = shape.topology.to_string();
+        let needs = super::fit::needs(group);
         let candidates: Vec<_> = self
             .inventory
             .slices()
             .filter(|s| s.matches(accelerator, &topology, shape.hosts))
+            .filter(|s| super::fit::fits(s, &needs))
             .filter(|s| s.is_free() && s.is_ready() && !self.claimed.contains(&s.id))
             .collect();
         let mut held = 0;

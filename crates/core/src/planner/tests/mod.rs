@@ -10,6 +10,7 @@ mod head_env;
 mod hygiene;
 mod lifecycle;
 mod metadata;
+mod node_fit;
 mod placement;
 mod recovery;
 mod refused_retries;
