@@ -41,6 +41,9 @@ pub const ROLE_HEAD: &str = "head";
 pub const ROLE_SPARE: &str = "spare";
 /// Which placeholder set of its group a spare pod belongs to (part of its name).
 pub const LABEL_SPARE_INDEX: &str = "slices.dev/spare-index";
+/// On the placeholders of a request for a slice (`spec.provisioning`), as opposed to a hot
+/// spare's.
+pub const LABEL_CAPACITY: &str = "slices.dev/capacity";
 /// The PriorityClass of placeholder pods, installed by the chart (value
 /// [`SPARE_PRIORITY_VALUE`], `preemptionPolicy: Never`).
 pub const SPARE_PRIORITY_CLASS: &str = "slice-operator-spare";

@@ -20,6 +20,8 @@ pub struct GroupPods {
     /// Host 0's pod, exactly as rendered.
     first: Arc<Pod>,
     hosts: u32,
+    /// The first host to create: 0, or 1 for the rest of a group whose host 0 exists.
+    from: u32,
     /// The name without the host index: a host's pod is named `<stem><host>`.
     stem: Arc<str>,
     per_host: PerHost,
@@ -63,6 +65,7 @@ impl GroupPods {
         GroupPods {
             first: Arc::new(first),
             hosts,
+            from: 0,
             stem,
             per_host,
             followers_affinity: None,
@@ -75,13 +78,24 @@ impl GroupPods {
         self
     }
 
-    /// How many pods the group has.
+    /// Only hosts 1 and up, for a group whose host 0 exists already (placed first).
+    pub(super) fn followers(mut self) -> GroupPods {
+        self.from = 1.min(self.hosts);
+        self
+    }
+
+    /// The hosts to create, in order.
+    pub fn hosts(&self) -> std::ops::Range<u32> {
+        self.from..self.hosts
+    }
+
+    /// How many pods to create.
     pub fn len(&self) -> usize {
-        self.hosts as usize
+        self.hosts().len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.hosts == 0
+        self.hosts().is_empty()
     }
 
     /// The name of host `host`'s pod.
@@ -94,7 +108,7 @@ impl GroupPods {
 
     /// Every pod's name, in host order.
     pub fn names(&self) -> impl Iterator<Item = String> + '_ {
-        (0..self.hosts).map(|h| self.name(h))
+        self.hosts().map(|h| self.name(h))
     }
 
     /// Host `host`'s pod, rendered now.
@@ -124,7 +138,7 @@ impl GroupPods {
 
     /// Every pod, rendered one by one, in host order.
     pub fn iter(&self) -> impl Iterator<Item = Pod> + '_ {
-        (0..self.hosts).map(|h| self.pod(h))
+        self.hosts().map(|h| self.pod(h))
     }
 }
 

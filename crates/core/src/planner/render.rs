@@ -365,7 +365,7 @@ fn add_exclusive_affinity(spec: &mut PodSpec, key: &str) {
 /// term per group keeps others out as well as one per pod, at a fraction of the cost to
 /// every scheduling decision in the cluster (and to a namespace whose quota limits
 /// cross-namespace affinity terms, one pod per group asks for one).
-fn keep_other_groups_off_the_pool(spec: &mut PodSpec, key: &str) {
+pub(super) fn keep_other_groups_off_the_pool(spec: &mut PodSpec, key: &str) {
     let others = PodAffinityTerm {
         label_selector: Some(LabelSelector {
             match_expressions: Some(vec![

@@ -2,6 +2,7 @@
 //! fixtures the phase modules' own unit tests share ([`Scene`], [`replica`], [`lean_pod`]).
 
 mod brake;
+mod capacity;
 mod creation;
 mod disruptions;
 mod elastic;
