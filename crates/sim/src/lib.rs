@@ -15,6 +15,8 @@
 //!   TPU initialisation before Ready).
 //!   With [`SchedulerMode::External`] (or `Auto` and a running kube-scheduler) it binds
 //!   nothing and only plays kubelet.
+//! * [`autoscaler`]: [`Autoscaler`], a simulated cluster autoscaler: node pools declared with
+//!   `autoscale` start at zero and are provisioned whole for a pod that cannot be scheduled.
 //! * [`faults`]: crash a container, fail a pod, delete or evict a pod.
 //! * [`scenario`]: the YAML scenario format and [`run_timeline`]: `format`, `duration`,
 //!   `pod_ref`, `train_clusters`, `actions`, `conditions`, `timeline`, `report`.
@@ -37,7 +39,7 @@
 //! (the `NoExecute` one removed a few seconds after the node is Ready again).
 //!
 //! Not simulated: pod (anti-)affinity and topology spread (a group-key preference stands in),
-//! cpu/memory/pods capacity, images (beyond the optional pull costs: nothing is pulled, no
+//! cpu and memory capacity (the `pods` capacity is), images (beyond the optional pull costs: nothing is pulled, no
 //! pull fails, `imagePullPolicy` is ignored), probes, container processes and logs, init containers'
 //! execution, volumes, networking (pod IPs are fake), the grace period itself (containers
 //! stop after `KubeletOptions::termination_delay`, whatever the grace period), eviction by
@@ -49,6 +51,7 @@
 //! controller-manager's PodGC), PodDisruptionBudgets, the `google.com/tpu` node
 //! taint GKE puts on TPU pools.
 
+pub mod autoscaler;
 mod chart_objects;
 mod clock;
 mod error;
@@ -63,6 +66,7 @@ pub mod simulate;
 #[cfg(test)]
 mod test_support;
 
+pub use autoscaler::Autoscaler;
 pub use chart_objects::{chart_documents, install_chart_objects, operator_service_account};
 pub use clock::{now_rfc3339, now_rfc3339_micros};
 pub use error::SimError;

@@ -139,7 +139,7 @@ impl<'a> Planner<'a> {
         // Slices held by requests not taken in this plan: what asking still has to cover.
         let requested: HashSet<&str> = spare_sets
             .iter()
-            .filter(|s| s.capacity && !swapped.contains(&s.index))
+            .filter(|s| s.capacity && s.standing() && !swapped.contains(&s.index))
             .filter_map(|s| s.slice)
             .collect();
         let usable_otherwise = usable

@@ -27,5 +27,5 @@ pub use lifecycle::{
 pub use node_edits::{add_taint, cordon_node, delete_node, set_taints};
 pub use node_object::{build_node, node_ip, node_labels, node_status, ready_condition, taint};
 pub use pool_lifecycle::{add_pool, add_pools, delete_sim_nodes, pool_node_names, restore_pool};
-pub use pool_spec::{NodePoolSpec, default_chips_per_host, topology_chips};
+pub use pool_spec::{Autoscale, NodePoolSpec, default_chips_per_host, topology_chips};
 pub use preemption::{PreemptionPhase, PreemptionTiming, preempt_pool, preemption_plan};

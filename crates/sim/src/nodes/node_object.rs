@@ -32,6 +32,7 @@ pub fn node_labels(spec: &NodePoolSpec, host: u32) -> BTreeMap<String, String> {
         (SIM_NODE_LABEL.to_string(), "true".to_string()),
     ]);
     labels.extend(zone);
+    labels.extend(spec.labels.clone());
     labels
 }
 

@@ -33,9 +33,9 @@ pub async fn add_pool(client: &Client, spec: &NodePoolSpec) -> Result<(), SimErr
     Ok(())
 }
 
-/// Adds several pools.
+/// Adds several pools; an autoscaled one starts with no nodes (see `autoscaler`).
 pub async fn add_pools(client: &Client, specs: &[NodePoolSpec]) -> Result<(), SimError> {
-    for s in specs {
+    for s in specs.iter().filter(|s| s.autoscale.is_none()) {
         add_pool(client, s).await?;
     }
     Ok(())

@@ -1,11 +1,13 @@
 //! What a node pool is made of: accelerator, topology, and the hosts and chips GKE derives.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::error::SimError;
 
 /// One TPU node pool: a multi-host slice (H nodes) or a single-host slice (one node).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodePoolSpec {
     /// Node pool name; nodes are `<name>-<host index>`.
@@ -23,6 +25,29 @@ pub struct NodePoolSpec {
     /// `topology.kubernetes.io/zone` of its nodes (none when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zone: Option<String>,
+    /// More labels of its nodes (`cloud.google.com/gke-spot: "true"`, a reservation's name).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// The pool starts with no nodes, and the simulated cluster autoscaler creates all of
+    /// them at once when a pending pod needs them (see `autoscaler`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscale: Option<Autoscale>,
+}
+
+/// How the simulated cluster autoscaler provisions a pool that starts at zero.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Autoscale {
+    /// Seconds from the pending pod seen to every node of the pool created (GKE: minutes).
+    #[serde(default = "default_provisioning_delay")]
+    pub delay_seconds: f64,
+    /// Out of stock: the pool is never provisioned.
+    #[serde(default)]
+    pub stock_out: bool,
+}
+
+fn default_provisioning_delay() -> f64 {
+    5.0
 }
 
 /// Chips in a topology string (`4x4` = 16, `2x2x4` = 16); `None` when malformed.
@@ -56,6 +81,8 @@ impl NodePoolSpec {
             chips_per_host: None,
             hosts: None,
             zone: None,
+            labels: BTreeMap::new(),
+            autoscale: None,
         }
     }
 

@@ -12,6 +12,7 @@ use super::duration::format_duration;
 use super::format::{After, Scenario, Step};
 use super::report::{StepReport, StepStatus};
 use super::train_clusters::apply_train_cluster;
+use crate::autoscaler::Autoscaler;
 use crate::error::SimError;
 use crate::kubelet::{FakeKubelet, KubeletOptions};
 use crate::nodes::{self, NodePoolSpec};
@@ -144,6 +145,7 @@ pub async fn run_scenario(
     scenario.validate()?;
     nodes::add_pools(client, &scenario.node_pools).await?;
     let kubelet = FakeKubelet::run(client.clone(), scenario.kubelet_options(kubelet));
+    let autoscaler = Autoscaler::run(client.clone(), scenario.node_pools.clone());
     let res = async {
         for m in &scenario.train_clusters {
             apply_train_cluster(client, m, &scenario.namespace).await?;
@@ -151,6 +153,7 @@ pub async fn run_scenario(
         run_timeline(client, scenario, options, Some(&kubelet), on_step).await
     }
     .await;
+    autoscaler.stop().await;
     kubelet.stop().await;
     res
 }

@@ -8,6 +8,9 @@
 //!   and compiles after each (re)start), each ready slice counts.
 //! * Lost slice-time: wanted minus productive. Goodput: productive / wanted.
 //! * Spare slice-time: hot spare slices held (`status.groups[].spares.held`), on top.
+//! * Time waiting for capacity: while not Running at full size and some group has a request
+//!   for a slice pending (`status.groups[].capacity.pending`); time running: while Running
+//!   at full size.
 
 use std::time::Duration;
 
@@ -23,6 +26,8 @@ pub struct GoodputSample {
     pub wanted_slices: u32,
     /// Hot spare slices held, over all groups.
     pub spare_slices: u32,
+    /// Some group waits for a slice it asked for (`spec.provisioning`).
+    pub asking: bool,
 }
 
 impl GoodputSample {
@@ -48,6 +53,11 @@ impl GoodputSample {
                 .filter_map(|g| g.spares.as_ref())
                 .map(|s| s.held)
                 .sum(),
+            asking: status
+                .groups
+                .iter()
+                .filter_map(|g| g.capacity.as_ref())
+                .any(|c| c.pending > 0),
         }
     }
 }
@@ -59,6 +69,10 @@ pub struct Goodput {
     pub productive: f64,
     /// Slice-seconds of hot spares held (not part of `wanted`).
     pub spares_held: f64,
+    /// Seconds waiting for slices asked for, not running at full size.
+    pub waiting_for_capacity: f64,
+    /// Seconds running at full size.
+    pub running: f64,
 }
 
 impl Goodput {
@@ -123,6 +137,11 @@ impl GoodputAccount {
         let t = &mut self.totals;
         t.wanted += f64::from(s.wanted_slices) * secs(from, to);
         t.spares_held += f64::from(s.spare_slices) * secs(from, to);
+        match (s.full, s.asking) {
+            (true, _) => t.running += secs(from, to),
+            (false, true) => t.waiting_for_capacity += secs(from, to),
+            (false, false) => {}
+        }
         if let (true, Some(since)) = (s.full, self.full_since) {
             let productive_from = from.max(since + self.warmup);
             t.productive += f64::from(s.ready_slices) * secs(productive_from, to);
@@ -146,6 +165,7 @@ mod tests {
             ready_slices: ready,
             wanted_slices: 4,
             spare_slices: 0,
+            asking: false,
         }
     }
 
@@ -262,5 +282,22 @@ mod tests {
             ..status
         };
         assert!(!GoodputSample::of_status(&restarting).full);
+    }
+
+    #[test]
+    fn time_waiting_for_capacity_is_told_apart_from_time_running() {
+        let mut a = GoodputAccount::new(Duration::ZERO);
+        let asking = GoodputSample {
+            asking: true,
+            ..down(0)
+        };
+        a.observe(s(0), asking);
+        a.observe(s(30), full(4));
+        a.observe(s(50), down(3));
+        a.observe(s(60), asking);
+        a.observe(s(80), full(4));
+        let g = a.finish(s(100));
+        assert_eq!(g.waiting_for_capacity, 50.0);
+        assert_eq!(g.running, 40.0);
     }
 }

@@ -176,6 +176,12 @@ fn render_goodput(s: &Summary) -> String {
         if g.spares_held > 0.0 {
             text += &format!(", spares held {:.1} slice-s", g.spares_held);
         }
+        if g.waiting_for_capacity > 0.0 {
+            text += &format!(
+                "; waiting for capacity {:.1} s, running {:.1} s",
+                g.waiting_for_capacity, g.running
+            );
+        }
         text += "\n";
     }
     text
@@ -294,6 +300,7 @@ mod tests {
             wanted: 360.0,
             productive: 324.0,
             spares_held: 80.0,
+            ..Default::default()
         };
         let text = render_summary("spares", &summary(2, 1, &[3], g));
         assert!(
@@ -308,6 +315,22 @@ mod tests {
     }
 
     #[test]
+    fn summary_tells_time_waiting_for_capacity_from_time_running() {
+        let g = Goodput {
+            wanted: 360.0,
+            productive: 300.0,
+            waiting_for_capacity: 12.5,
+            running: 80.0,
+            ..Default::default()
+        };
+        let text = render_summary("autoscaled", &summary(2, 0, &[], g));
+        assert!(
+            text.contains("; waiting for capacity 12.5 s, running 80.0 s"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn comparison_table_has_a_column_per_run() {
         let with = summary(
             2,
@@ -317,6 +340,7 @@ mod tests {
                 wanted: 360.0,
                 productive: 324.0,
                 spares_held: 80.0,
+                ..Default::default()
             },
         );
         let without = summary(
@@ -327,6 +351,7 @@ mod tests {
                 wanted: 360.0,
                 productive: 288.0,
                 spares_held: 0.0,
+                ..Default::default()
             },
         );
         let text = render_comparison(

@@ -5,6 +5,7 @@
 
 mod admission;
 mod busy_server;
+mod capacity;
 mod harness;
 mod lifecycle;
 mod lifecycle_edits;

@@ -11,9 +11,9 @@ use super::pods::{capacity_followers, capacity_request};
 use super::sets::{Refill, SpareSet, SpareState};
 use crate::api::validate::ResolvedGroup;
 use crate::api::{CapacityStatus, GroupStatus, TrainCluster};
+use crate::planner::reason::DeleteReason;
 use crate::planner::render::PinnedSlice;
 use crate::planner::state::Planner;
-use crate::planner::reason::DeleteReason;
 use crate::planner::types::{EventAfter, EventType, GroupCreate};
 
 /// After a request timed out, the next is made this much later.
@@ -134,6 +134,7 @@ impl Planner<'_> {
         sets: &[SpareSet<'_>],
     ) -> usize {
         let mut used: std::collections::BTreeSet<u32> = sets.iter().map(|s| s.index).collect();
+        let known = self.known_pools(group);
         for _ in 0..missing {
             let index = (0..).find(|i| !used.contains(i)).expect("a free index");
             used.insert(index);
@@ -143,7 +144,7 @@ impl Planner<'_> {
                 epoch: 0,
                 slice: None,
                 spare: true,
-                pods: capacity_request(self.tc, group, index),
+                pods: capacity_request(self.tc, group, index, &known),
             });
         }
         if missing > 0 {
@@ -162,6 +163,24 @@ impl Planner<'_> {
             );
         }
         missing
+    }
+}
+
+impl Planner<'_> {
+    /// The slices of the group's shape that exist now, whole and ready: node pools, or the
+    /// nodes of single-host slices. One going away (a spot reclaim) is not among them: its
+    /// pool may be provisioned again for the request.
+    fn known_pools(&self, group: &ResolvedGroup<'_>) -> Vec<String> {
+        let Some(shape) = &group.shape else {
+            return Vec::new();
+        };
+        let accelerator = shape.generation.accelerator_label();
+        let topology = shape.topology.to_string();
+        self.inventory
+            .slices()
+            .filter(|s| s.matches(accelerator, &topology, shape.hosts) && s.is_ready())
+            .map(|s| s.id.clone())
+            .collect()
     }
 }
 

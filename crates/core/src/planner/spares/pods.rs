@@ -3,7 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Affinity, Container, Pod, PodSpec, ResourceRequirements};
+use k8s_openapi::api::core::v1::{
+    Affinity, Container, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    Pod, PodSpec, ResourceRequirements,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::api::TrainCluster;
@@ -45,8 +48,51 @@ pub fn spare_pod(
 /// A request for one slice (`spec.provisioning`): the placeholder of host 0 alone, pinned
 /// to no slice, asking for the group's accelerator and topology. It alone carries the term
 /// that keeps other groups off the node pool it lands in (see `render`).
-pub fn capacity_request(tc: &TrainCluster, group: &ResolvedGroup<'_>, index: u32) -> GroupPods {
-    GroupPods::placeholders(placeholder(tc, group, index, None, 0, true), 1)
+///
+/// `known` are the slices of the group's shape that exist (node pools; nodes of single-host
+/// slices): the request asks for a new one (a free one is the group's to take already, and
+/// is counted).
+pub fn capacity_request(
+    tc: &TrainCluster,
+    group: &ResolvedGroup<'_>,
+    index: u32,
+    known: &[String],
+) -> GroupPods {
+    let mut pod = placeholder(tc, group, index, None, 0, true);
+    let key = match group.hosts {
+        1 => NODE_LABEL_HOSTNAME,
+        _ => NODE_LABEL_NODEPOOL,
+    };
+    if let Some(spec) = pod.spec.as_mut() {
+        not_in(spec, key, known);
+    }
+    GroupPods::placeholders(pod, 1)
+}
+
+/// Every required node affinity term also asks for label `key` not in `known`.
+fn not_in(spec: &mut PodSpec, key: &str, known: &[String]) {
+    if known.is_empty() {
+        return;
+    }
+    let requirement = NodeSelectorRequirement {
+        key: key.into(),
+        operator: "NotIn".into(),
+        values: Some(known.to_vec()),
+    };
+    let node_affinity = spec
+        .affinity
+        .get_or_insert_with(Affinity::default)
+        .node_affinity
+        .get_or_insert_with(NodeAffinity::default);
+    let required = node_affinity
+        .required_during_scheduling_ignored_during_execution
+        .get_or_insert_with(|| NodeSelector {
+            node_selector_terms: vec![NodeSelectorTerm::default()],
+        });
+    for term in &mut required.node_selector_terms {
+        let expressions = term.match_expressions.get_or_insert_with(Vec::new);
+        expressions.push(requirement.clone());
+    }
 }
 
 /// The other hosts' placeholders of request `index`, once its host 0 is bound in `slice`.

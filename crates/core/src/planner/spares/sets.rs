@@ -89,7 +89,9 @@ fn judge<'a>(
     let state = match facts[0].spare {
         None => SpareState::Broken(broken("a placeholder has no spare index")),
         Some(_) if facts.iter().all(|f| observe::terminating(f.pod)) => SpareState::Draining,
-        Some(_) if capacity && slice.is_none() => pending_request(facts, judging),
+        Some(_) if capacity && !provisioned(facts, slice, inventory) => {
+            pending_request(facts, judging)
+        }
         Some(index) => problem(facts, slice, index, judging, inventory)
             .map_or(SpareState::Standing, SpareState::Broken),
     };
@@ -100,6 +102,15 @@ fn judge<'a>(
         state,
         capacity,
     }
+}
+
+/// A request's host 0 is bound in a whole, ready slice (a pool being created shows its
+/// nodes one by one), or its other hosts were created already.
+fn provisioned(facts: &[PodFacts<'_>], slice: Option<&str>, inventory: &Inventory) -> bool {
+    let Some(id) = slice else {
+        return false;
+    };
+    facts.len() > 1 || inventory.slice(id).is_some_and(|s| s.is_ready())
 }
 
 /// A request whose host 0 is not bound: waiting for a slice, unless it waited too long or

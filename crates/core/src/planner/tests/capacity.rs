@@ -105,11 +105,18 @@ fn a_multislice_job_asks_for_every_slice_and_starts_once_with_all_of_them() {
     }
 
     // The last slice: every worker is created at once, in the first epoch.
+    world.slow_exits = true;
     provision(&mut world, "pool-d");
     let plan = world.step();
     assert!(
         plan.create.iter().all(|c| !c.spare),
         "no placeholder for a slice now taken"
+    );
+    world.now += secs(1);
+    let draining = world.step();
+    assert!(
+        draining.create.is_empty(),
+        "no new request while the old ones go"
     );
     world.exit("");
     world.schedule_pending();
@@ -164,6 +171,45 @@ fn slices_that_exist_are_used_first_and_only_the_rest_are_asked_for() {
     assert_eq!(slices_of(&world), BTreeSet::from(["pool-0".to_string()]));
     assert_eq!(requests(&world).len(), 2);
     assert_eq!(world.status().groups[0].capacity.clone().unwrap().wanted, 2);
+    // A request asks for a new pool: never one that exists (the group counts those).
+    for pod in requests(&world) {
+        let spec = pod.spec.as_ref().unwrap();
+        let node_affinity = spec
+            .affinity
+            .as_ref()
+            .unwrap()
+            .node_affinity
+            .as_ref()
+            .unwrap();
+        let required = node_affinity
+            .required_during_scheduling_ignored_during_execution
+            .as_ref()
+            .unwrap();
+        let term = &required.node_selector_terms[0];
+        let not_in = &term.match_expressions.as_ref().unwrap()[0];
+        assert_eq!(
+            (not_in.key.as_str(), not_in.operator.as_str()),
+            (NODE_LABEL_NODEPOOL, "NotIn")
+        );
+        assert_eq!(not_in.values.as_deref(), Some(&["pool-0".to_string()][..]));
+    }
+}
+
+#[test]
+fn a_pool_still_coming_up_node_by_node_is_waited_for() {
+    let mut world = asking(Membership::Independent, 1, 1);
+    world.settle(3);
+    let nodes = node_pool("pool-a", "tpu-v6e-slice", "4x4", 4, 4);
+    world.nodes.extend(nodes[..2].iter().cloned().map(Arc::new));
+    world.schedule_pending();
+    let plan = world.step();
+    world.now += secs(1);
+    assert!(plan.delete.is_empty(), "{:?}", codes(&plan));
+    assert!(plan.create.is_empty());
+    world.nodes.extend(nodes[2..].iter().cloned().map(Arc::new));
+    let plan = world.step();
+    assert_eq!(plan.create.len(), 1, "the replica, on the whole slice");
+    assert_eq!(plan.create[0].slice.as_deref(), Some("pool-a"));
 }
 
 #[test]
