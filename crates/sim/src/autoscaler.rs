@@ -221,3 +221,82 @@ fn is_pending(pod: &Pod) -> bool {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     pod.metadata.deletion_timestamp.is_none() && matches!(phase, None | Some("Pending"))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::test_support::tpu_pod;
+
+    fn pool(name: &str, spot: bool, stock_out: bool) -> NodePoolSpec {
+        let labels = match spot {
+            true => BTreeMap::from([("cloud.google.com/gke-spot".into(), "true".into())]),
+            false => BTreeMap::new(),
+        };
+        NodePoolSpec {
+            chips_per_host: Some(4),
+            labels,
+            autoscale: Some(crate::nodes::Autoscale {
+                delay_seconds: 1.0,
+                stock_out,
+            }),
+            ..NodePoolSpec::new(name, "tpu-v6e-slice", "4x4")
+        }
+    }
+
+    fn pending(name: &str, spot: bool) -> Pod {
+        let mut pod = tpu_pod(name, 4);
+        pod.metadata.uid = Some(format!("uid-{name}"));
+        let spec = pod.spec.as_mut().unwrap();
+        let mut selector = BTreeMap::from([
+            (
+                slice_core::constants::NODE_LABEL_ACCELERATOR.into(),
+                "tpu-v6e-slice".into(),
+            ),
+            (
+                slice_core::constants::NODE_LABEL_TOPOLOGY.into(),
+                "4x4".into(),
+            ),
+        ]);
+        if spot {
+            selector.insert("cloud.google.com/gke-spot".into(), "true".into());
+        }
+        spec.node_selector = Some(selector);
+        pod
+    }
+
+    fn chosen(state: &State, pods: &[Pod], empty: &[&str], now: Instant) -> Vec<(String, String)> {
+        let empty = empty.iter().map(|s| s.to_string()).collect();
+        state.choose(pods, &empty, now)
+    }
+
+    #[test]
+    fn each_unschedulable_pod_gets_one_empty_pool_it_fits_in_stock() {
+        let pools = vec![
+            pool("od-0", false, false),
+            pool("spot-0", true, true),
+            pool("spot-1", true, false),
+            pool("spot-2", true, false),
+        ];
+        let mut state = State::new(pools, Default::default());
+        let pods = [pending("a", true), pending("b", true), pending("c", true)];
+        let t0 = Instant::now();
+        state.note_pending(&pods, t0);
+        let empty = ["od-0", "spot-0", "spot-1", "spot-2"];
+        // Not before the scheduler had its chance.
+        assert!(chosen(&state, &pods, &empty, t0).is_empty());
+        let later = t0 + UNSCHEDULABLE_AFTER;
+        // Spot pods never get the on-demand pool, nor the pool out of stock; a third pod
+        // gets nothing while no pool is left.
+        assert_eq!(
+            chosen(&state, &pods, &empty, later),
+            [
+                ("uid-a".to_string(), "spot-1".to_string()),
+                ("uid-b".to_string(), "spot-2".to_string()),
+            ]
+        );
+        // A pool with nodes is not at zero: nothing to provision.
+        assert!(chosen(&state, &pods, &["od-0", "spot-0"], later).is_empty());
+    }
+}
