@@ -50,12 +50,25 @@ impl Planner<'_> {
         count_timeouts(&refill.sets, &mut status, self.now);
         let want = refill.capacity as usize;
         let counted = |s: &SpareSet<'_>| s.slice.is_some_and(|id| refill.counted.contains(id));
-        let mut live: Vec<&SpareSet<'_>> = refill
+        let live: Vec<&SpareSet<'_>> = refill
             .sets
             .iter()
             .filter(|s| s.capacity && !refill.swapped.contains(&s.index))
             .filter(|s| matches!(s.state, SpareState::Standing | SpareState::Requested))
             .collect();
+        // A slice the group's pods no longer fit (its template changed) is given back.
+        let needs = crate::planner::fit::needs(group);
+        let unfit = |s: &SpareSet<'_>| {
+            let slice = s.slice.and_then(|id| self.inventory.slice(id));
+            slice.is_some_and(|slice| !crate::planner::fit::fits(slice, &needs))
+        };
+        let (gone, kept): (Vec<&SpareSet<'_>>, Vec<&SpareSet<'_>>) =
+            live.into_iter().partition(|s| unfit(s));
+        for set in gone {
+            let why = "the group's pods no longer fit its slice".to_string();
+            self.withdraw(group.name(), set, why);
+        }
+        let mut live = kept;
         // Held slices are kept before pending requests; a slice about to be taken always.
         live.sort_by_key(|s| (!counted(s), s.state == SpareState::Requested, s.index));
         let keep = want.max(live.iter().filter(|s| counted(s)).count());

@@ -219,3 +219,37 @@ fn without_provisioning_nothing_is_asked_for() {
     assert!(world.pods.is_empty());
     assert_eq!(world.status().groups[0].capacity, None);
 }
+
+#[test]
+fn a_held_slice_the_edited_template_no_longer_fits_is_given_back() {
+    let mut world = asking(Membership::Multislice, 2, 2);
+    world.settle(3);
+    provision(&mut world, "pool-a");
+    world.settle(4);
+    let held = world.status().groups[0]
+        .capacity
+        .clone()
+        .unwrap()
+        .held_slices;
+    assert_eq!(held, ["pool-a"]);
+    // The template now asks for spot; pool-a is not.
+    let spec = world.cluster.spec.worker_groups[0]
+        .template
+        .spec
+        .as_mut()
+        .unwrap();
+    spec.node_selector =
+        Some([("cloud.google.com/gke-spot".to_string(), "true".to_string())].into());
+    world.cluster.metadata.generation = Some(2);
+    let plan = world.step();
+    let withdrawn: Vec<String> = plan
+        .delete
+        .iter()
+        .filter(|d| d.reason.code() == "CapacityReleased")
+        .map(|d| d.reason.to_string())
+        .collect();
+    assert!(
+        withdrawn.iter().any(|w| w.contains("no longer fit")),
+        "{withdrawn:?}"
+    );
+}
