@@ -132,6 +132,8 @@ pub const NODE_PRESSURE_EVICTION_MESSAGES: &[&str] =
 pub const TAINT_IMPENDING_TERMINATION: &str = "cloud.google.com/impending-node-termination";
 pub const TAINT_NOT_READY: &str = "node.kubernetes.io/not-ready";
 pub const TAINT_UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+/// The cluster autoscaler's taint on a node it is removing.
+pub const TAINT_TO_BE_DELETED: &str = "ToBeDeletedByClusterAutoscaler";
 
 // The worker environment contract (see docs/env-contract.md).
 pub const ENV_TPU_WORKER_ID: &str = "TPU_WORKER_ID";

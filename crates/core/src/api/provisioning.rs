@@ -29,7 +29,8 @@ pub enum ProvisioningMode {
     /// template's node selector, affinity and tolerations: what the cluster autoscaler and
     /// node auto-provisioning scale a TPU node pool up for. Once it is bound, the rest of
     /// the slice is held by placeholders pinned to its node pool until the workers take it
-    /// (a Multislice job only when every slice of the epoch is there).
+    /// (a Multislice job once it has `slices.min`: with `min` equal to `max`, once, with
+    /// every slice).
     Autoscale,
 }
 

@@ -9,9 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::constants::{
-    NODE_LABEL_HOSTNAME, TAINT_IMPENDING_TERMINATION, TAINT_NOT_READY, TAINT_UNREACHABLE,
-};
+use crate::constants::{NODE_LABEL_HOSTNAME, TAINT_IMPENDING_TERMINATION, TAINT_TO_BE_DELETED};
 
 /// A node's labels and scheduling taints, as the scheduler's filters read them.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -39,8 +37,9 @@ impl std::fmt::Display for NodeTaint {
 
 impl NodeTraits {
     /// `labels` minus the hostname (which differs on every node; the planner reads the
-    /// node's name for it), and the taints that filter pods. The node-lifecycle taints are
-    /// left out: they make a node not ready, which the slice's health already says.
+    /// node's name for it), and the taints that filter pods. Taints that report a node's
+    /// condition are left out: they come and go with it (pressure, a cordon, a scale-down,
+    /// a termination notice, not-ready), and the slice's health already says what lasts.
     pub fn new<'a>(
         labels: impl IntoIterator<Item = (&'a String, &'a String)>,
         taints: impl IntoIterator<Item = NodeTaint>,
@@ -57,15 +56,10 @@ impl NodeTraits {
             text.push_str(v);
             text.push('\n');
         }
-        let lifecycle = [
-            TAINT_NOT_READY,
-            TAINT_UNREACHABLE,
-            TAINT_IMPENDING_TERMINATION,
-        ];
         let taints = taints
             .into_iter()
             .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
-            .filter(|t| !lifecycle.contains(&t.key.as_str()))
+            .filter(|t| !is_condition_taint(&t.key))
             .collect();
         NodeTraits {
             labels: text.into(),
@@ -84,4 +78,12 @@ impl NodeTraits {
     pub fn taints(&self) -> &[NodeTaint] {
         &self.taints
     }
+}
+
+/// A taint the kubelet, the node controllers, GKE or the cluster autoscaler put on for a
+/// node's condition, not one a user puts on to keep workloads apart.
+fn is_condition_taint(key: &str) -> bool {
+    key.starts_with("node.kubernetes.io/")
+        || key == TAINT_IMPENDING_TERMINATION
+        || key == TAINT_TO_BE_DELETED
 }

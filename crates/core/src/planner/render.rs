@@ -363,8 +363,10 @@ fn add_exclusive_affinity(spec: &mut PodSpec, key: &str) {
 /// A group pinned to its pool carries this on host 0 alone: the scheduler checks the
 /// required anti-affinity of every pod already placed against each pod it places, so one
 /// term per group keeps others out as well as one per pod, at a fraction of the cost to
-/// every scheduling decision in the cluster (and to a namespace whose quota limits
-/// cross-namespace affinity terms, one pod per group asks for one).
+/// every scheduling decision in the cluster. Its hosts are created together: until host 0
+/// is bound, a group of another install pinned to the same pool at the same moment may
+/// interleave with it, and `observe`'s earliest claim settles that. (A namespace whose quota
+/// scopes out cross-namespace affinity terms still refuses host 0.)
 pub(super) fn keep_other_groups_off_the_pool(spec: &mut PodSpec, key: &str) {
     let others = PodAffinityTerm {
         label_selector: Some(LabelSelector {

@@ -11,6 +11,7 @@ use super::pods::{capacity_followers, capacity_request};
 use super::sets::{Refill, SpareSet, SpareState};
 use crate::api::validate::ResolvedGroup;
 use crate::api::{CapacityStatus, GroupStatus, TrainCluster};
+use crate::constants::LABEL_TEMPLATE_HASH;
 use crate::planner::reason::DeleteReason;
 use crate::planner::render::PinnedSlice;
 use crate::planner::state::Planner;
@@ -62,10 +63,18 @@ impl Planner<'_> {
             let slice = s.slice.and_then(|id| self.inventory.slice(id));
             slice.is_some_and(|slice| !crate::planner::fit::fits(slice, &needs))
         };
+        // A request still pending from an older template asks for the wrong nodes.
+        let stale = |s: &SpareSet<'_>| {
+            s.state == SpareState::Requested
+                && s.pods
+                    .iter()
+                    .any(|p| p.label(LABEL_TEMPLATE_HASH) != Some(memory.template_hash.as_str()))
+        };
         let (gone, kept): (Vec<&SpareSet<'_>>, Vec<&SpareSet<'_>>) =
-            live.into_iter().partition(|s| unfit(s));
+            live.into_iter().partition(|s| unfit(s) || stale(s));
         for set in gone {
-            let why = "the group's pods no longer fit its slice".to_string();
+            let why =
+                "the group's template changed: its pods no longer fit this request".to_string();
             self.withdraw(group.name(), set, why);
         }
         let mut live = kept;
@@ -146,7 +155,28 @@ impl Planner<'_> {
         missing: usize,
         sets: &[SpareSet<'_>],
     ) -> usize {
-        let mut used: std::collections::BTreeSet<u32> = sets.iter().map(|s| s.index).collect();
+        if missing == 0 {
+            return 0;
+        }
+        // Not while creates are refused (quota, a webhook), as for hot spares.
+        let spare_hold =
+            crate::planner::creates::spare_hold(self.previous, self.fresh_spec, self.now);
+        if let Some(until) = spare_hold.or(self.create_hold) {
+            self.wake_at(until);
+            return 0;
+        }
+        // Indexes in use: every set of the group, and the spares created in this plan.
+        let name = group.name();
+        let planned = self
+            .plan
+            .create
+            .iter()
+            .filter(|c| c.spare && c.group == name);
+        let mut used: std::collections::BTreeSet<u32> = sets
+            .iter()
+            .map(|s| s.index)
+            .chain(planned.map(|c| c.replica))
+            .collect();
         let known = self.known_pools(group);
         for _ in 0..missing {
             let index = (0..).find(|i| !used.contains(i)).expect("a free index");
@@ -180,9 +210,8 @@ impl Planner<'_> {
 }
 
 impl Planner<'_> {
-    /// The slices of the group's shape that exist now, whole and ready: node pools, or the
-    /// nodes of single-host slices. One going away (a spot reclaim) is not among them: its
-    /// pool may be provisioned again for the request.
+    /// The free, whole, ready slices of the group's shape (busy ones are full already). One
+    /// going away (a spot reclaim) is not among them: its pool may be provisioned again.
     fn known_pools(&self, group: &ResolvedGroup<'_>) -> Vec<String> {
         let Some(shape) = &group.shape else {
             return Vec::new();
@@ -191,7 +220,8 @@ impl Planner<'_> {
         let topology = shape.topology.to_string();
         self.inventory
             .slices()
-            .filter(|s| s.matches(accelerator, &topology, shape.hosts) && s.is_ready())
+            .filter(|s| s.matches(accelerator, &topology, shape.hosts))
+            .filter(|s| s.is_ready() && s.is_free())
             .map(|s| s.id.clone())
             .collect()
     }

@@ -49,9 +49,8 @@ pub fn spare_pod(
 /// to no slice, asking for the group's accelerator and topology. It alone carries the term
 /// that keeps other groups off the node pool it lands in (see `render`).
 ///
-/// `known` are the slices of the group's shape that exist (node pools; nodes of single-host
-/// slices): the request asks for a new one (a free one is the group's to take already, and
-/// is counted).
+/// `known` are the free, ready node pools of a multi-host shape: the request asks for a new
+/// one (a free one is the group's to take already, and is counted).
 pub fn capacity_request(
     tc: &TrainCluster,
     group: &ResolvedGroup<'_>,
@@ -59,12 +58,9 @@ pub fn capacity_request(
     known: &[String],
 ) -> GroupPods {
     let mut pod = placeholder(tc, group, index, None, 0, true);
-    let key = match group.hosts {
-        1 => NODE_LABEL_HOSTNAME,
-        _ => NODE_LABEL_NODEPOOL,
-    };
-    if let Some(spec) = pod.spec.as_mut() {
-        not_in(spec, key, known);
+    // A single-host slice is one node: any free one fits, and the list would name nodes.
+    if let (Some(spec), true) = (pod.spec.as_mut(), group.hosts > 1) {
+        not_in(spec, NODE_LABEL_NODEPOOL, known);
     }
     GroupPods::placeholders(pod, 1)
 }
@@ -134,7 +130,11 @@ fn placeholder(
         );
         labels.insert(LABEL_CAPACITY.into(), "true".into());
         labels.insert(LABEL_GROUP_KEY.into(), key.clone());
-        if slice.is_none() {
+        let template_hash = crate::planner::revision::group_hash(tc, group);
+        labels.insert(LABEL_TEMPLATE_HASH.into(), template_hash);
+        // A multi-host request keeps other groups off the pool it lands in; a single-host
+        // slice is one node, whose chips it takes whole already.
+        if slice.is_none() && group.hosts > 1 {
             keep_other_groups_off_the_pool(&mut spec, &key);
         }
     }

@@ -253,3 +253,42 @@ fn a_held_slice_the_edited_template_no_longer_fits_is_given_back() {
         "{withdrawn:?}"
     );
 }
+
+#[test]
+fn a_single_host_request_keeps_nothing_else_off_its_pool() {
+    let mut world = asking(Membership::Independent, 1, 2);
+    world.cluster.spec.worker_groups[0] = tpu_group("workers", "tpu-v6e-slice", "2x2", 4, 1, 2);
+    world.nodes = node_pool("single-0", "tpu-v6e-slice", "2x2", 4, 1)
+        .into_iter()
+        .map(Arc::new)
+        .collect();
+    world.settle(4);
+    let asked = requests(&world);
+    assert_eq!(asked.len(), 1, "one slice exists, one is asked for");
+    let spec = asked[0].spec.as_ref().unwrap();
+    assert_eq!(anti_affinity_terms(asked[0]), 0);
+    assert!(spec.affinity.is_none(), "{:?}", spec.affinity);
+}
+
+#[test]
+fn a_pending_request_of_an_older_template_is_withdrawn_and_asked_again() {
+    let mut world = asking(Membership::Independent, 1, 1);
+    world.settle(3);
+    let before = requests(&world)[0].metadata.uid.clone();
+    let spec = world.cluster.spec.worker_groups[0]
+        .template
+        .spec
+        .as_mut()
+        .unwrap();
+    spec.node_selector =
+        Some([("cloud.google.com/gke-spot".to_string(), "true".to_string())].into());
+    world.cluster.metadata.generation = Some(2);
+    let plan = world.step();
+    assert_eq!(codes(&plan), BTreeSet::from(["CapacityReleased"]));
+    world.now += secs(1);
+    world.settle(3);
+    let asked = requests(&world);
+    assert_eq!(asked.len(), 1);
+    assert_ne!(asked[0].metadata.uid, before);
+    assert_eq!(selector(asked[0])["cloud.google.com/gke-spot"], "true");
+}
