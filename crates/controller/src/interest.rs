@@ -43,9 +43,8 @@ type ByShape = HashMap<String, HashMap<String, HashMap<ClusterRef, Wants>>>;
 #[derive(Default)]
 struct Inner {
     by_shape: ByShape,
-    /// Each cluster's shapes (accelerator, topology) and the generation of the spec its
-    /// entry was read from.
-    filed: HashMap<ClusterRef, (Option<i64>, Vec<(String, String)>)>,
+    /// Each cluster's shapes and the generation of the spec its entry was read from.
+    filed: HashMap<ClusterRef, (Option<i64>, Vec<Shape>)>,
 }
 
 /// See the module.
@@ -171,6 +170,7 @@ impl SliceInterest {
     }
 }
 
+/// A slice shape as nodes label it: (accelerator, topology).
 type Shape = (String, String);
 
 fn reference(tc: &TrainCluster) -> ClusterRef {

@@ -14,6 +14,14 @@
 //! over its whole life, which includes its first LIST of every pod, and its RSS at the end.
 //! Not timed: seeding pods and nodes, starting the operator, the TrainClusters coming up.
 //! The driver (this process: the emulator, the fake kubelet, the churn) is not measured.
+//!
+//! `CHURN_TPU` (0) of the pods created each second instead request `google.com/tpu` and are
+//! bound to the nodes of `FREE_POOLS` (4) v6e `8x8` slices no TrainCluster uses, and deleted
+//! 5 s later: another
+//! team's TPU jobs starting and ending on free slices of the clusters' shape. The
+//! operator keeps those pods; the TrainClusters, each running every slice it wants, have
+//! nothing to plan for them (issue 27, finding 6): the reconciles during the churn say
+//! whether they were woken anyway.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -30,6 +38,11 @@ const NS: &str = "web";
 const CPU_NODES: u32 = 50;
 const SLICES: u32 = 2;
 const HOSTS: u32 = 16;
+/// Slices of the clusters' shape no TrainCluster uses; named after the clusters' (`p..`) so
+/// the planner, taking free slices in name order, leaves them free.
+const FREE_POOLS: u32 = 4;
+/// How long another team's TPU pod runs before it is deleted.
+const TPU_POD_LIFE: Duration = Duration::from_secs(5);
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -44,6 +57,7 @@ struct Settings {
     window: Duration,
     idle: Duration,
     clusters: u64,
+    tpu: u64,
 }
 
 impl Settings {
@@ -54,6 +68,7 @@ impl Settings {
             window: Duration::from_secs(env_u64("CHURN_SECS", 60)),
             idle: Duration::from_secs(env_u64("IDLE_SECS", 10)),
             clusters: env_u64("CHURN_CLUSTERS", 2),
+            tpu: env_u64("CHURN_TPU", 0),
         }
     }
 }
@@ -131,10 +146,29 @@ fn seed(emulator: &Emulator, pods: u64) -> anyhow::Result<VecDeque<String>> {
     Ok(names)
 }
 
-/// One pod's life from creation to Running: create, bind, report Running.
-async fn bring_up(api: Api<Pod>, i: u64) -> anyhow::Result<()> {
-    let node = format!("cpu-{:03}", i % u64::from(CPU_NODES));
-    let pod: Pod = serde_json::from_value(web_pod(i, &node, false))?;
+/// A free slice's node for TPU pod `i`.
+fn free_tpu_node(i: u64) -> String {
+    let host = i % u64::from(FREE_POOLS * HOSTS);
+    format!(
+        "z{:02}-{}",
+        host / u64::from(HOSTS),
+        host % u64::from(HOSTS)
+    )
+}
+
+/// One pod's life from creation to Running: create, bind, report Running. A TPU pod asks
+/// for a v6e host's 4 chips and goes to a free slice.
+async fn bring_up(api: Api<Pod>, i: u64, tpu: bool) -> anyhow::Result<()> {
+    let node = match tpu {
+        true => free_tpu_node(i),
+        false => format!("cpu-{:03}", i % u64::from(CPU_NODES)),
+    };
+    let mut body = web_pod(i, &node, false);
+    if tpu {
+        body["spec"]["containers"][0]["resources"]["limits"]["google.com/tpu"] = json!("4");
+        body["spec"]["containers"][0]["resources"]["requests"]["google.com/tpu"] = json!("4");
+    }
+    let pod: Pod = serde_json::from_value(body)?;
     let created = api.create(&PostParams::default(), &pod).await?;
     let name = created.metadata.name.unwrap_or_default();
     let binding = json!({"apiVersion": "v1", "kind": "Binding",
@@ -279,26 +313,44 @@ async fn churn(
     client: &kube::Client,
     names: &mut VecDeque<String>,
     next: &mut u64,
-    rate: u64,
-    window: Duration,
+    settings: &Settings,
 ) -> Churned {
+    let (rate, window) = (settings.rate, settings.window);
+    // TPU pods per tick of 100 ms, as a fraction: `tpu` of every `rate` created.
+    let tpu_every = (settings.tpu > 0).then(|| (rate / settings.tpu).max(1));
     let api: Api<Pod> = Api::namespaced(client.clone(), NS);
     let per_tick = rate / 10;
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let mut tasks = tokio::task::JoinSet::new();
+    // TPU pods end after `TPU_POD_LIFE`; the others in the order they came.
+    let mut tpu_pods: VecDeque<(Instant, String)> = VecDeque::new();
     let started = Instant::now();
     let (mut created, mut deleted) = (0, 0);
     while started.elapsed() < window {
         tick.tick().await;
         for _ in 0..per_tick {
-            tasks.spawn(bring_up(api.clone(), *next));
-            names.push_back(format!("web-{:07}", *next));
+            let tpu = tpu_every.is_some_and(|every| next.is_multiple_of(every));
+            let name = format!("web-{:07}", *next);
+            tasks.spawn(bring_up(api.clone(), *next, tpu));
             *next += 1;
             created += 1;
+            if tpu {
+                tpu_pods.push_back((Instant::now(), name));
+                continue;
+            }
+            names.push_back(name);
             if let Some(old) = names.pop_front() {
                 tasks.spawn(take_down(api.clone(), old));
                 deleted += 1;
             }
+        }
+        while tpu_pods
+            .front()
+            .is_some_and(|(at, _)| at.elapsed() >= TPU_POD_LIFE)
+        {
+            let (_, old) = tpu_pods.pop_front().expect("a front");
+            tasks.spawn(take_down(api.clone(), old));
+            deleted += 1;
         }
         while tasks.try_join_next().is_some() {}
     }
@@ -320,6 +372,7 @@ pub async fn run(binary: &str) -> anyhow::Result<()> {
     let settings = Settings::from_env();
     let pools: Vec<String> = (0..settings.clusters as u32 * SLICES)
         .map(|p| format!("p{p:02}"))
+        .chain((0..FREE_POOLS).map(|p| format!("z{p:02}")))
         .collect();
     let (emulator, _, kubeconfig) = crate::start_cluster(&pools, HOSTS, 0, "churn").await?;
     let seeding = Instant::now();
@@ -356,14 +409,7 @@ pub async fn run(binary: &str) -> anyhow::Result<()> {
     let load_before = load_average();
     let (cpu0, at) = (cpu_seconds(pid)?, Instant::now());
     let mut next = settings.pods;
-    let churned = churn(
-        &client,
-        &mut names,
-        &mut next,
-        settings.rate,
-        settings.window,
-    )
-    .await;
+    let churned = churn(&client, &mut names, &mut next, &settings).await;
     let cpu = cpu_seconds(pid)? - cpu0;
     let window = at.elapsed().as_secs_f64();
     let reconciles_after = reconciles().await;
@@ -395,6 +441,12 @@ pub async fn run(binary: &str) -> anyhow::Result<()> {
         churned.created as f64 / churned.elapsed.as_secs_f64(),
         churned.failed
     );
+    if settings.tpu > 0 {
+        println!(
+            "  of them TPU pods (4 chips, bound to {FREE_POOLS} free v6e 8x8 slices): {} per second",
+            settings.tpu
+        );
+    }
     println!(
         "  one pod as stored: {seeded_bytes} bytes (seeded), {churned_bytes} bytes (churned: created, bound, Running through the API)"
     );
