@@ -14,6 +14,7 @@ use slice_core::api::TrainCluster;
 
 use crate::config::OperatorConfig;
 use crate::events::Publisher;
+use crate::interest::SliceInterest;
 use crate::leader::Fence;
 use crate::ledger::Ledger;
 use crate::metrics::Metrics;
@@ -39,6 +40,9 @@ pub struct Context {
     pub ledger: Ledger,
     /// Checked before every batch of writes: none is sent once the lease may be lost.
     pub fence: Fence,
+    /// Which clusters a slice turning free or busy concerns (kept by the TrainCluster
+    /// watch and the plans, read by the triggers).
+    pub interest: Arc<SliceInterest>,
     /// The thread every plan runs on ([`crate::planner_thread`]).
     pub planner: PlannerThread,
     planning: PlanningLock,
@@ -72,6 +76,7 @@ impl Context {
             trainclusters: parts.trainclusters,
             ledger: Ledger::default(),
             fence: parts.fence,
+            interest: Arc::default(),
             planner: PlannerThread::start(),
             planning: PlanningLock::default(),
             nudges: parts.nudges,
@@ -88,6 +93,15 @@ impl Context {
                 let _ = self.nudges.unbounded_send(ObjectRef::from_obj(tc.as_ref()));
             }
         }
+    }
+
+    /// Ask `tc` to plan again (its last plan may have missed a change of others' slices).
+    pub fn nudge(&self, tc: &TrainCluster) {
+        let name = tc.metadata.name.as_deref().unwrap_or_default();
+        let namespace = tc.metadata.namespace.as_deref().unwrap_or_default();
+        let _ = self
+            .nudges
+            .unbounded_send(ObjectRef::new(name).within(namespace));
     }
 
     /// The valid TrainClusters the controller knows.

@@ -17,6 +17,7 @@ pub mod events;
 pub mod executor;
 pub mod freshness;
 pub mod http;
+pub mod interest;
 pub mod leader;
 pub mod ledger;
 pub mod metrics;

@@ -211,7 +211,7 @@ where
     let nodes_cached = ctx.caches.nodes.store.clone();
     let triggers = triggers(
         changes,
-        trainclusters,
+        ctx.interest.clone(),
         nodes_cached,
         config.namespace.clone(),
     );
@@ -331,6 +331,7 @@ fn train_cluster_changes(
     .reflect(writer)
     .inspect_ok(move |event| {
         status_shown(&forgetting, event);
+        follow_interest(&forgetting, event);
         forget_gone(&forgetting, event);
     })
     .applied_objects()
@@ -357,6 +358,27 @@ fn status_shown(ctx: &Context, event: &watcher::Event<DeserializeGuard<TrainClus
         if let (Some(uid), Some(version)) = (&meta.uid, &meta.resource_version) {
             ctx.ledger.train_cluster_cached(uid, version);
         }
+    }
+}
+
+/// Which slices each TrainCluster wants to hear about (see `interest.rs`): a cluster new or
+/// with a new spec is filed; one gone is not.
+fn follow_interest(ctx: &Context, event: &watcher::Event<DeserializeGuard<TrainCluster>>) {
+    match event {
+        watcher::Event::Apply(guard) | watcher::Event::InitApply(guard) => match &guard.0 {
+            Ok(tc) => ctx.interest.cluster_seen(tc),
+            // A spec that no longer reads plans nothing.
+            Err(_) => ctx.interest.forget(&reflector::ObjectRef::from_obj(guard)),
+        },
+        watcher::Event::Delete(guard) => {
+            ctx.interest.forget(&reflector::ObjectRef::from_obj(guard))
+        }
+        watcher::Event::InitDone => {
+            let store = &ctx.trainclusters;
+            ctx.interest
+                .retain(|r| store.get(r).is_some_and(|g| g.0.is_ok()));
+        }
+        watcher::Event::Init => {}
     }
 }
 

@@ -1,6 +1,7 @@
 //! Which TrainClusters a watched change concerns, and how urgently: a pod of ours names its
-//! cluster; anyone's TPU pod or node concerns every cluster of that slice shape; a Service
-//! names its controller.
+//! cluster; anyone else's TPU pod concerns the clusters of its slice's shape that would plan
+//! differently for it (see `interest.rs`); a node concerns every cluster of its shape; a
+//! Service names its controller. Each is a lookup: nothing here scans the TrainClusters.
 
 use std::sync::Arc;
 
@@ -10,12 +11,13 @@ use k8s_openapi::api::core::v1::Service;
 use kube::core::DeserializeGuard;
 use kube::runtime::reflector::{ObjectRef, Store};
 use slice_core::api::TrainCluster;
-use slice_core::constants::{NODE_LABEL_ACCELERATOR, NODE_LABEL_TOPOLOGY};
+use slice_core::constants::{NODE_LABEL_ACCELERATOR, NODE_LABEL_NODEPOOL, NODE_LABEL_TOPOLOGY};
 use slice_core::lean::{LeanNode, LeanPod};
 use slice_core::owner::train_cluster_controller;
 
 use crate::coalesce::{Trigger, pod_trouble};
 use crate::context::TrainClusterRef;
+use crate::interest::SliceInterest;
 
 /// The change streams of the watches, and the nudges of reconciles for one another.
 pub struct Changes {
@@ -30,12 +32,12 @@ pub struct Changes {
 /// namespace the operator watches, if it is limited to one.
 pub fn triggers(
     changes: Changes,
-    trainclusters: Store<DeserializeGuard<TrainCluster>>,
+    interest: Arc<SliceInterest>,
     nodes: Store<LeanNode>,
     watched: Option<String>,
 ) -> impl Stream<Item = Trigger<TrainClusterRef>> + Send + 'static {
     let map = Arc::new(Mapping {
-        trainclusters,
+        interest,
         nodes,
         watched,
         terminating: Default::default(),
@@ -46,8 +48,8 @@ pub fn triggers(
             .pods
             .flat_map(move |p| {
                 // Trouble in our own pods only: another team's restarting pods are no
-                // emergency for every cluster of their shape. A pod of ours seen
-                // terminating for the first time (an eviction, a delete by hand) is too.
+                // emergency for any cluster. A pod of ours seen terminating for the first
+                // time (an eviction, a delete by hand) is urgent too.
                 let urgent =
                     ours(&p).is_some() && (pod_trouble(&p) || on_pod.first_seen_terminating(&p));
                 each(on_pod.pod_changed(&p), urgent)
@@ -68,7 +70,7 @@ pub fn triggers(
             .flat_map(move |p| {
                 on_gone.forget_terminating(&p);
                 let own = on_gone.owner_of_ours(&p);
-                let freed = each(on_gone.node_of(&p), false);
+                let freed = each(on_gone.slice_news(&p), false);
                 each(own, true).chain(freed)
             })
             .boxed(),
@@ -77,7 +79,7 @@ pub fn triggers(
 }
 
 struct Mapping {
-    trainclusters: Store<DeserializeGuard<TrainCluster>>,
+    interest: Arc<SliceInterest>,
     nodes: Store<LeanNode>,
     watched: Option<String>,
     /// Our pods (by uid) seen with a deletion timestamp, until they are gone.
@@ -102,23 +104,35 @@ impl Mapping {
         }
     }
 
-    /// Ours: its TrainCluster. Anyone else's TPU pod: every cluster of its slice's shape
-    /// (the slice turned busy or free).
+    /// Ours: its TrainCluster. Anyone else's TPU pod: the clusters its slice turning busy
+    /// or free concerns.
     fn pod_changed(&self, pod: &LeanPod) -> Vec<TrainClusterRef> {
         match self.owner_of_ours(pod) {
             Some(own) => vec![own],
-            None => self.node_of(pod),
+            None => self.slice_news(pod),
         }
     }
 
-    /// Every cluster of the shape of the node the pod is on.
-    fn node_of(&self, pod: &LeanPod) -> Vec<TrainClusterRef> {
-        let node = pod
-            .node_name
-            .as_deref()
-            .and_then(|n| self.nodes.get(&ObjectRef::new(n)));
-        node.map(|node| self.clusters_of_shape(&node))
-            .unwrap_or_default()
+    /// The clusters that the slice of the node the pod is (or was) on turning free or busy
+    /// concerns (see `interest.rs`).
+    fn slice_news(&self, pod: &LeanPod) -> Vec<TrainClusterRef> {
+        let Some(name) = pod.node_name.as_deref() else {
+            return Vec::new();
+        };
+        let Some(node) = self.nodes.get(&ObjectRef::new(name)) else {
+            return Vec::new();
+        };
+        let (Some(accelerator), Some(topology)) = (
+            node.label(NODE_LABEL_ACCELERATOR),
+            node.label(NODE_LABEL_TOPOLOGY),
+        ) else {
+            return Vec::new();
+        };
+        let ids: Vec<&str> = [node.label(NODE_LABEL_NODEPOOL), Some(name)]
+            .into_iter()
+            .flatten()
+            .collect();
+        self.interest.concerned(accelerator, topology, &ids)
     }
 
     /// The TrainCluster a pod of ours belongs to, if its namespace is watched.
@@ -133,24 +147,13 @@ impl Mapping {
 
     /// A node change matters to every TrainCluster with a group of its slice shape.
     fn clusters_of_shape(&self, node: &LeanNode) -> Vec<TrainClusterRef> {
-        let (accelerator, topology) = (
+        match (
             node.label(NODE_LABEL_ACCELERATOR),
             node.label(NODE_LABEL_TOPOLOGY),
-        );
-        self.trainclusters
-            .state()
-            .into_iter()
-            .filter(|guard| {
-                let Ok(tc) = &guard.0 else { return false };
-                tc.spec.worker_groups.iter().any(|g| {
-                    g.tpu.as_ref().is_some_and(|t| {
-                        Some(t.accelerator.as_str()) == accelerator
-                            && Some(t.topology.as_str()) == topology
-                    })
-                })
-            })
-            .map(|guard| ObjectRef::from_obj(guard.as_ref()))
-            .collect()
+        ) {
+            (Some(accelerator), Some(topology)) => self.interest.of_shape(accelerator, topology),
+            _ => Vec::new(),
+        }
     }
 }
 
@@ -198,53 +201,4 @@ pub fn spec_or_metadata(tc: &DeserializeGuard<TrainCluster>) -> Option<u64> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use futures::channel::mpsc::unbounded;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
-
-    fn ours_terminating(uid: &str) -> Arc<LeanPod> {
-        let mut pod = LeanPod::default();
-        pod.metadata.name = Some(format!("demo-workers-0-{uid}"));
-        pod.metadata.namespace = Some("team".into());
-        pod.metadata.uid = Some(uid.into());
-        pod.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
-        pod.metadata.owner_references = Some(vec![OwnerReference {
-            api_version: "slices.dev/v1alpha1".into(),
-            kind: "TrainCluster".into(),
-            name: "demo".into(),
-            uid: "tc".into(),
-            controller: Some(true),
-            ..Default::default()
-        }]);
-        Arc::new(pod)
-    }
-
-    /// Finding 6: a pod of ours evicted (or deleted by hand) is urgent for its cluster the
-    /// first time it is seen terminating, not each time its containers report stopping.
-    #[tokio::test]
-    async fn a_pod_of_ours_seen_terminating_is_urgent_once() {
-        let (pods_tx, pods) = unbounded();
-        let (_gone_tx, pods_gone) = unbounded();
-        let (_nodes_tx, nodes) = unbounded();
-        let (_services_tx, services) = unbounded();
-        let (_nudges_tx, nudges) = unbounded();
-        let changes = Changes {
-            pods,
-            pods_gone,
-            nodes,
-            services,
-            nudges,
-        };
-        let (trainclusters, _) = kube::runtime::reflector::store();
-        let (nodes_store, _) = kube::runtime::reflector::store();
-        let mut stream = Box::pin(triggers(changes, trainclusters, nodes_store, None));
-        pods_tx.unbounded_send(ours_terminating("u1")).unwrap();
-        pods_tx.unbounded_send(ours_terminating("u1")).unwrap();
-        let first = stream.next().await.unwrap();
-        let again = stream.next().await.unwrap();
-        assert_eq!(first.target, ObjectRef::new("demo").within("team"));
-        assert!(first.urgent, "first seen terminating");
-        assert!(!again.urgent, "its containers stopping are no news");
-    }
-}
+mod tests;

@@ -24,8 +24,15 @@
 //!   the issue-28 bound. Knobs: `ROUNDS` (2), `TERMINATION_SPREAD_SECS` (30),
 //!   `TERMINATION_DELAY_MS` (0). See `e2e_load/create64/restart.rs`.
 //!
+//! * `churn`: 20,000 pods of other workloads (no TPU) churning at 100 pods/s while a few
+//!   TrainClusters run: the operator's CPU (share of one core) and peak memory against
+//!   issue 27's targets. Knobs: `CHURN_PODS`, `CHURN_RATE`, `CHURN_SECS`, `IDLE_SECS`,
+//!   `CHURN_CLUSTERS`. See `e2e_load/churn.rs`.
+//!
 //! `E2E_LOAD=create64 cargo bench -p slice-operator --bench e2e_load`
 
+#[path = "e2e_load/churn.rs"]
+mod churn;
 #[path = "e2e_load/create64/mod.rs"]
 mod create64;
 #[path = "e2e_load/create64_report.rs"]
@@ -76,7 +83,8 @@ fn main() -> anyhow::Result<()> {
         "converge100" => runtime.block_on(run(&binary)),
         "create64" => runtime.block_on(create64::run(&binary)),
         "restart64" => runtime.block_on(create64::restart::run(&binary)),
-        other => anyhow::bail!("unknown mode {other:?}: converge100 or create64"),
+        "churn" => runtime.block_on(churn::run(&binary)),
+        other => anyhow::bail!("unknown mode {other:?}: converge100, create64, restart64 or churn"),
     }
 }
 

@@ -1,6 +1,7 @@
 //! The operator when the control plane misbehaves (issue 27): a LIST that never answers, a
-//! watch that delivers nothing without closing, a write delayed past a failover, throttled
-//! lease calls. Each scenario runs on the in-process API emulator, whose faults make them.
+//! watch that delivers nothing without closing, a write delayed past a failover. Each
+//! scenario runs on the in-process API emulator, whose faults make them. (Throttled lease
+//! calls: `crates/controller/tests/lease_throttled.rs`.)
 
 #[path = "e2e/harness.rs"]
 mod harness;

@@ -197,6 +197,11 @@ fn plan_locked(
         now: jiff::Timestamp::now(),
     });
     ctx.ledger.planned(uid, &plan, relists);
+    // Short of slices from now on: a slice freed while this plan was made may have been
+    // mapped to the clusters short before it, so look once more.
+    if ctx.interest.planned(observed, &plan.status) {
+        ctx.nudge(observed);
+    }
     (plan, conflicts)
 }
 
