@@ -10,7 +10,7 @@ use crate::requests::{Who, verb_resource, who};
 
 /// A child process (the operator, the plain create loop); killed and reaped however the
 /// bench ends.
-pub(super) struct ChildProcess(pub(super) std::process::Child);
+pub(crate) struct ChildProcess(pub(crate) std::process::Child);
 
 impl Drop for ChildProcess {
     fn drop(&mut self) {
