@@ -129,7 +129,10 @@ fn server_options(dir: &Path, options: &PlaneOptions) -> Result<Vec<String>, Str
         let file = dir.join("audit-policy.yaml");
         std::fs::write(&file, policy).map_err(|e| format!("{}: {e}", file.display()))?;
         args.push(format!("--audit-policy-file={}", file.display()));
-        args.push(format!("--audit-log-path={}", dir.join("audit.log").display()));
+        args.push(format!(
+            "--audit-log-path={}",
+            dir.join("audit.log").display()
+        ));
         args.push("--audit-log-format=json".into());
         args.push("--audit-log-mode=batch".into());
         args.push("--audit-log-batch-max-wait=1s".into());
@@ -316,18 +319,18 @@ impl ControlPlane {
         )?;
         spawner.watchdog(std::process::id())?;
         let mut apiserver_args = vec![
-                format!("--etcd-servers={etcd_url}"),
-                arg("--bind-address=127.0.0.1"),
-                arg("--advertise-address=127.0.0.1"),
-                format!("--secure-port={api_port}"),
-                format!("--cert-dir={}", path(&dir.join("certs"))),
-                format!("--token-auth-file={}", path(&dir.join("tokens.csv"))),
-                arg("--authorization-mode=RBAC"),
-                arg("--service-account-issuer=https://kubernetes.default.svc"),
-                format!("--service-account-key-file={}", path(&key)),
-                format!("--service-account-signing-key-file={}", path(&key)),
-                arg("--service-cluster-ip-range=10.96.0.0/16"),
-                arg("--allow-privileged=true"),
+            format!("--etcd-servers={etcd_url}"),
+            arg("--bind-address=127.0.0.1"),
+            arg("--advertise-address=127.0.0.1"),
+            format!("--secure-port={api_port}"),
+            format!("--cert-dir={}", path(&dir.join("certs"))),
+            format!("--token-auth-file={}", path(&dir.join("tokens.csv"))),
+            arg("--authorization-mode=RBAC"),
+            arg("--service-account-issuer=https://kubernetes.default.svc"),
+            format!("--service-account-key-file={}", path(&key)),
+            format!("--service-account-signing-key-file={}", path(&key)),
+            arg("--service-cluster-ip-range=10.96.0.0/16"),
+            arg("--allow-privileged=true"),
         ];
         apiserver_args.extend(server_options(&dir, options)?);
         spawner.spawn(
@@ -452,7 +455,11 @@ impl ControlPlane {
         };
         let child = spawner.spawn_with(
             &identity,
-            &self.operator_bin.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            &self
+                .operator_bin
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
             &args,
             // What the Deployment's downward API hands its pods.
             &[

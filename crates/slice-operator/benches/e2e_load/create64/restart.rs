@@ -63,7 +63,9 @@ fn pod_state(pod: &Pod) -> (String, bool, bool) {
     (epoch, pod.metadata.deletion_timestamp.is_some(), ready)
 }
 
-pub(crate) fn watch_epochs(client: kube::Client) -> (watch::Receiver<Epochs>, tokio::task::JoinHandle<()>) {
+pub(crate) fn watch_epochs(
+    client: kube::Client,
+) -> (watch::Receiver<Epochs>, tokio::task::JoinHandle<()>) {
     let api: Api<Pod> = Api::namespaced(client, NS);
     let (tx, rx) = watch::channel(Epochs::default());
     let task = tokio::spawn(async move {

@@ -95,11 +95,20 @@ fn pauses(entries: &[&Entry]) -> String {
     let Some(&first) = received.first() else {
         return "none".into();
     };
-    let mut gaps: Vec<(i64, i64)> = received.windows(2).map(|w| (w[1] - w[0], w[0] - first)).collect();
+    let mut gaps: Vec<(i64, i64)> = received
+        .windows(2)
+        .map(|w| (w[1] - w[0], w[0] - first))
+        .collect();
     gaps.sort_unstable_by(|a, b| b.cmp(a));
     gaps.iter()
         .take(3)
-        .map(|(gap, at)| format!("{:.0} ms at {:.2} s", *gap as f64 / 1000.0, *at as f64 / 1e6))
+        .map(|(gap, at)| {
+            format!(
+                "{:.0} ms at {:.2} s",
+                *gap as f64 / 1000.0,
+                *at as f64 / 1e6
+            )
+        })
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -118,8 +127,14 @@ pub(crate) fn report(log: &Path, namespace: &str, from: SystemTime, to: SystemTi
         *m.entry(e.user.as_str()).or_default() += 1;
         m
     });
-    println!("  audit, pod creates in {namespace} ({users:?}): {}", creates_line(&creates));
-    println!("  audit, the longest pauses between creates: {}", pauses(&creates));
+    println!(
+        "  audit, pod creates in {namespace} ({users:?}): {}",
+        creates_line(&creates)
+    );
+    println!(
+        "  audit, the longest pauses between creates: {}",
+        pauses(&creates)
+    );
     let bindings = in_ns("create", "pods/binding");
     if let (Some(first), Some(last)) = (
         bindings.iter().map(|e| e.received).min(),
@@ -134,7 +149,9 @@ pub(crate) fn report(log: &Path, namespace: &str, from: SystemTime, to: SystemTi
     }
     let mut by_kind: BTreeMap<String, usize> = BTreeMap::new();
     for e in entries.iter().filter(|e| e.user == OPERATOR_USER) {
-        *by_kind.entry(format!("{} {}", e.verb, e.resource)).or_default() += 1;
+        *by_kind
+            .entry(format!("{} {}", e.verb, e.resource))
+            .or_default() += 1;
     }
     println!("  audit, the operator's requests in the window: {by_kind:?}");
 }

@@ -106,7 +106,8 @@ async fn operator_run(real: &RealPlane, ns: &str, who: String, round: u64) -> an
     let mut cpu_at_exist = None;
     let from = SystemTime::now();
     let started = Instant::now();
-    api.create(&PostParams::default(), &train_cluster(ns)).await?;
+    api.create(&PostParams::default(), &train_cluster(ns))
+        .await?;
     let mut running = None;
     while started.elapsed() < CREATE_DEADLINE {
         if running.is_none() && cluster_running(&real.admin, ns).await {
@@ -149,8 +150,7 @@ async fn loop_run(
     if let Some(service) = service {
         let mut service = service.clone();
         service["metadata"]["namespace"] = ns.into();
-        let api: Api<k8s_openapi::api::core::v1::Service> =
-            Api::namespaced(real.admin.clone(), ns);
+        let api: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(real.admin.clone(), ns);
         api.create(&PostParams::default(), &serde_json::from_value(service)?)
             .await?;
     }
@@ -158,7 +158,8 @@ async fn loop_run(
         .iter()
         .map(|p| plain_pod_in(p.clone(), ns))
         .collect::<Result<_, _>>()?;
-    let file = std::env::temp_dir().join(format!("slice-e2e-load-{}-{ns}.json", std::process::id()));
+    let file =
+        std::env::temp_dir().join(format!("slice-e2e-load-{}-{ns}.json", std::process::id()));
     std::fs::write(&file, serde_json::to_vec(&bodies)?)?;
     let mut tracker = PodTracker::start(real.admin.clone(), ns, PODS).await?;
     let concurrency = env_u64("CEILING_CONCURRENCY", API_CONCURRENCY as u64).max(1) as usize;
@@ -170,7 +171,9 @@ async fn loop_run(
     let cpu_at_exist = cpu::sample(group);
     let _ = std::fs::remove_file(&file);
     let (started, _, client_cpu) = result?;
-    let p = tracker.wait(CREATE_DEADLINE, |p| p.all_ready.is_some()).await;
+    let p = tracker
+        .wait(CREATE_DEADLINE, |p| p.all_ready.is_some())
+        .await;
     let client = format!("the loop's own process {client_cpu:.1} s");
     Ok(Run {
         round,
@@ -233,7 +236,11 @@ async fn pod_bodies(real: &RealPlane, ns: &str) -> anyhow::Result<(Vec<Value>, V
         .into_iter()
         .map(serde_json::to_value)
         .collect::<Result<_, _>>()?;
-    anyhow::ensure!(full.len() == PODS, "{} pods to copy, not {PODS}", full.len());
+    anyhow::ensure!(
+        full.len() == PODS,
+        "{} pods to copy, not {PODS}",
+        full.len()
+    );
     let selector_only = full
         .iter()
         .cloned()
@@ -252,7 +259,10 @@ fn binaries(binary: &str) -> Vec<PathBuf> {
     std::env::var("SLICE_OPERATOR_BINS")
         .ok()
         .filter(|v| !v.is_empty())
-        .map_or_else(|| vec![PathBuf::from(binary)], |v| v.split(',').map(PathBuf::from).collect())
+        .map_or_else(
+            || vec![PathBuf::from(binary)],
+            |v| v.split(',').map(PathBuf::from).collect(),
+        )
 }
 
 pub async fn create64(binary: &str) -> anyhow::Result<()> {
@@ -271,7 +281,10 @@ pub async fn create64(binary: &str) -> anyhow::Result<()> {
             real.start_operators(bin).await?;
             let ns = format!("op{i}-{round}");
             real.namespace(&ns).await?;
-            eprintln!("e2e_load real create64: round {round}: {} in {ns}", bin.display());
+            eprintln!(
+                "e2e_load real create64: round {round}: {} in {ns}",
+                bin.display()
+            );
             runs.push(operator_run(&real, &ns, label(bin, i), round).await?);
             if bodies.is_none() {
                 let (full, selector_only) = pod_bodies(&real, &ns).await?;
@@ -333,7 +346,10 @@ fn report(real: &RealPlane, runs: &[Run], bins: &[PathBuf]) {
             (!ds.is_empty()).then(|| ds.iter().sum::<Duration>() / ds.len() as u32)
         };
         let loops: Vec<&Run> = runs.iter().filter(|r| r.who == "plain loop").collect();
-        let sels: Vec<&Run> = runs.iter().filter(|r| r.who.ends_with("selector only")).collect();
+        let sels: Vec<&Run> = runs
+            .iter()
+            .filter(|r| r.who.ends_with("selector only"))
+            .collect();
         println!(
             "{}: mean all exist {} vs plain loop {} ({}); mean all bound {} vs selector-only loop {} ({})",
             label(bin, i),

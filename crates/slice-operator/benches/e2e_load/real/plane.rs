@@ -55,10 +55,8 @@ fn assets() -> PathBuf {
 
 /// `SLICE_SIM_BIN`, else `slice-sim` next to the operator binary.
 fn slice_sim_bin(operator: &Path) -> PathBuf {
-    std::env::var_os("SLICE_SIM_BIN").map_or_else(
-        || operator.with_file_name("slice-sim"),
-        PathBuf::from,
-    )
+    std::env::var_os("SLICE_SIM_BIN")
+        .map_or_else(|| operator.with_file_name("slice-sim"), PathBuf::from)
 }
 
 /// The pools' names: `p00` to `p63`, as the emulator's bench names them.
@@ -95,12 +93,19 @@ impl RealPlane {
         let admin = kube::Client::try_from(plane.config())?;
         let mut args = vec![
             "fake-kubelet".into(),
-            format!("--kubeconfig={}", plane.dir.join("admin.kubeconfig").display()),
+            format!(
+                "--kubeconfig={}",
+                plane.dir.join("admin.kubeconfig").display()
+            ),
             "--scheduler=external".into(),
             format!("--termination-delay={}", delay.as_secs_f64()),
             format!("--termination-spread={}", spread.as_secs_f64()),
         ];
-        args.extend(pools().iter().map(|p| format!("--pool={p}=tpu-v6e-slice:8x8")));
+        args.extend(
+            pools()
+                .iter()
+                .map(|p| format!("--pool={p}=tpu-v6e-slice:8x8")),
+        );
         let kubelet = plane
             .spawn("fake-kubelet", &sim, &args)
             .map_err(|e| anyhow::anyhow!(e))?;
