@@ -41,6 +41,9 @@ pub const ROLE_HEAD: &str = "head";
 pub const ROLE_SPARE: &str = "spare";
 /// Which placeholder set of its group a spare pod belongs to (part of its name).
 pub const LABEL_SPARE_INDEX: &str = "slices.dev/spare-index";
+/// On the placeholders of a request for a slice (`spec.provisioning`), as opposed to a hot
+/// spare's.
+pub const LABEL_CAPACITY: &str = "slices.dev/capacity";
 /// The PriorityClass of placeholder pods, installed by the chart (value
 /// [`SPARE_PRIORITY_VALUE`], `preemptionPolicy: Never`).
 pub const SPARE_PRIORITY_CLASS: &str = "slice-operator-spare";
@@ -76,6 +79,8 @@ pub const NODE_LABEL_TOPOLOGY: &str = "cloud.google.com/gke-tpu-topology";
 pub const NODE_LABEL_NODEPOOL: &str = "cloud.google.com/gke-nodepool";
 /// The machine type; GKE TPU machine types end in `-<chips>t` (e.g. `ct6e-standard-4t`).
 pub const NODE_LABEL_INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
+/// A node's own name as a label: pins a single-host slice's pod to its node.
+pub const NODE_LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
 /// The zone: the brake on mass node loss looks at each zone's share of NotReady nodes.
 pub const NODE_LABEL_ZONE: &str = "topology.kubernetes.io/zone";
 /// The node labels the operator reads; the lean node view keeps only these.

@@ -21,8 +21,10 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 
 mod labels;
+mod node_traits;
 mod template_keys;
 pub use labels::OwnLabels;
+pub use node_traits::{NodeTaint, NodeTraits};
 pub use template_keys::KeysFromTemplate;
 
 use crate::constants::{
@@ -143,6 +145,9 @@ pub struct LeanNode {
     /// deletion timestamps.
     pub metadata: ObjectMeta,
     pub taint_keys: Vec<String>,
+    /// Every label and the scheduling taints: what a pod's node selector, required node
+    /// affinity and tolerations are matched against.
+    pub traits: NodeTraits,
     /// When the node-lifecycle controller's `not-ready`/`unreachable` taint was added (the
     /// earliest, if both are on): when the trouble began, even after Ready is True again.
     pub lifecycle_taint_since: Option<Timestamp>,

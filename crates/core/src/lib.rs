@@ -5,6 +5,7 @@
 //! * [`api`]: the `TrainCluster` types (the CRD is generated from them) and validation.
 //! * [`tpu`]: slice math: accelerator labels, topologies, chips and hosts per slice.
 //! * [`lean`]: the watched Pods and Nodes, reduced to the fields the planner reads.
+//! * [`fit`]: the scheduler's node filters: could a pod run on a node.
 //! * [`inventory`]: Nodes to whole slices: readiness, grace periods, occupancy.
 //! * [`planner`]: what the cluster should look like next, as a [`planner::Plan`].
 //! * [`owner`]: owner references, read one way: who controls an object.
@@ -12,6 +13,7 @@
 
 pub mod api;
 pub mod constants;
+pub mod fit;
 pub mod inventory;
 pub mod lean;
 pub mod owner;

@@ -137,6 +137,7 @@ pub fn train_cluster(membership: Membership, min: u32, max: u32) -> TrainCluster
             ttl_seconds_after_finished: None,
             rollout: RolloutPolicy::default(),
             active_deadline_seconds: None,
+            provisioning: None,
         },
     );
     tc.metadata.namespace = Some("default".into());

@@ -141,6 +141,26 @@ impl World {
         self.cluster.status = Some(plan.status.clone());
     }
 
+    /// Bind the pods still pending where they now fit (new nodes, freed ones), as a
+    /// scheduler retrying unschedulable pods would.
+    pub fn schedule_pending(&mut self) {
+        let nodes = self.lean_nodes.of(&self.nodes);
+        let mut scheduler = Scheduler::new(&self.nodes, &nodes, &self.pods);
+        let pending: Vec<usize> = (0..self.pods.len())
+            .filter(|&i| {
+                let pod = &self.pods[i];
+                let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_ref());
+                bound.is_none() && pod.metadata.deletion_timestamp.is_none()
+            })
+            .collect();
+        for i in pending {
+            if let Some(node) = scheduler.pick(&self.pods[i]) {
+                let pod = Pod::clone(&self.pods[i]);
+                self.pods[i] = Arc::new(run_on(pod, &node));
+            }
+        }
+    }
+
     /// Merge each patch's labels and annotations into its pod, as the API server would.
     fn apply_patches(&mut self, plan: &Plan) {
         for patch in &plan.patch {
@@ -318,6 +338,9 @@ struct Scheduler<'a> {
     by_name: std::collections::HashMap<&'a str, SchedNode<'a>>,
     all: Vec<SchedNode<'a>>,
     used: std::collections::HashSet<String>,
+    /// Per node pool, the group keys of the pods on it, and whether that pod keeps other
+    /// groups off the pool (its required anti-affinity, see `render`).
+    keys_in_pool: std::collections::HashMap<String, Vec<(String, bool)>>,
 }
 
 type SchedNode<'a> = (&'a Node, &'a LeanNode);
@@ -341,12 +364,55 @@ impl<'a> Scheduler<'a> {
             .iter()
             .filter_map(|p| p.spec.as_ref()?.node_name.clone())
             .collect();
-        Scheduler {
+        let mut scheduler = Scheduler {
             by_pool,
             by_name,
             all,
             used,
+            keys_in_pool: Default::default(),
+        };
+        for pod in pods {
+            let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+            if let Some(node) = node {
+                scheduler.note_key(pod, node);
+            }
         }
+        scheduler
+    }
+
+    fn pool_of(&self, node: &str) -> Option<&'a str> {
+        self.by_name.get(node)?.1.label(NODE_LABEL_NODEPOOL)
+    }
+
+    fn note_key(&mut self, pod: &Pod, node: &str) {
+        let (Some(pool), Some(key)) = (self.pool_of(node), World::label_of(pod, LABEL_GROUP_KEY))
+        else {
+            return;
+        };
+        let entry = (key, keeps_others_off(pod));
+        self.keys_in_pool
+            .entry(pool.to_string())
+            .or_default()
+            .push(entry);
+    }
+
+    /// Required pod anti-affinity between groups, per node pool: neither the pod nor a pod
+    /// already there keeps the other's group off the pool.
+    fn kept_off(&self, pod: &Pod, node: &str) -> bool {
+        let Some(pool) = self.pool_of(node) else {
+            return false;
+        };
+        let key = World::label_of(pod, LABEL_GROUP_KEY);
+        let keeps = keeps_others_off(pod);
+        let there = self
+            .keys_in_pool
+            .get(pool)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        there.iter().any(|(other, other_keeps)| {
+            let differs = key.as_deref() != Some(other.as_str());
+            differs && (*other_keeps && key.is_some() || keeps)
+        })
     }
 
     fn pick(&mut self, pod: &Pod) -> Option<String> {
@@ -362,19 +428,46 @@ impl<'a> Scheduler<'a> {
         } else {
             self.all.clone()
         };
+        let tpu = pod_requests_tpu(pod);
+        let needs = slice_core::fit::PodNeeds::of(pod.spec.as_ref(), tpu);
         let (_, node) = candidates.into_iter().find(|(full, lean)| {
             let labels = full.metadata.labels.as_ref();
-            selector
-                .iter()
-                .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+            let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
+            needs
+                .refusal(label, lean.traits.taints(), lean.name())
+                .is_none()
                 && slice_core::inventory::node_health(lean)
                     == slice_core::inventory::NodeHealth::Ready
                 && !self.used.contains(lean.name())
+                && !self.kept_off(pod, lean.name())
         })?;
         let name = node.name().to_string();
         self.used.insert(name.clone());
+        self.note_key(pod, &name);
         Some(name)
     }
+}
+
+/// The pod carries the required anti-affinity that keeps other groups off its node pool.
+fn keeps_others_off(pod: &Pod) -> bool {
+    let affinity = pod.spec.as_ref().and_then(|s| s.affinity.as_ref());
+    let anti = affinity.and_then(|a| a.pod_anti_affinity.as_ref());
+    let terms = anti.and_then(|a| {
+        a.required_during_scheduling_ignored_during_execution
+            .as_ref()
+    });
+    terms
+        .into_iter()
+        .flatten()
+        .any(|t| t.topology_key == NODE_LABEL_NODEPOOL)
+}
+
+fn pod_requests_tpu(pod: &Pod) -> bool {
+    let containers = pod.spec.iter().flat_map(|s| &s.containers);
+    let resources = containers.filter_map(|c| c.resources.as_ref());
+    resources
+        .flat_map(|r| r.requests.iter().chain(r.limits.iter()))
+        .any(|m| m.contains_key(TPU_RESOURCE))
 }
 
 /// A JSON merge patch of one map: `Some` sets a key, `None` removes it.

@@ -62,10 +62,9 @@ pub async fn create_group(api: &Api<Pod>, group: &GroupCreate, limit: &CallLimit
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
     };
-    let hosts = u32::try_from(group.pods.len()).expect("a group's hosts fit in u32");
     // Each answer is kept as the name and uid a rollback needs, not as the pod the server
     // returned (its whole spec and env).
-    let results: Vec<Result<PodRef, kube::Error>> = stream::iter(0..hosts)
+    let results: Vec<Result<PodRef, kube::Error>> = stream::iter(group.pods.hosts())
         .map(|host| {
             let params = params.clone();
             let api = api.clone();

@@ -5,6 +5,7 @@ mod failure;
 mod field_error;
 pub mod metadata;
 pub mod naming;
+mod provisioning;
 pub mod quantity;
 mod spec;
 mod status;
@@ -13,5 +14,6 @@ pub mod validate;
 
 pub use crd::crd;
 pub use failure::*;
+pub use provisioning::*;
 pub use spec::*;
 pub use status::*;

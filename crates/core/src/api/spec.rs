@@ -4,6 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::failure::FailurePolicy;
+use super::provisioning::Provisioning;
 use super::status::TrainClusterStatus;
 
 /// A training cluster: an optional head pod plus worker groups made of whole TPU slices.
@@ -36,6 +37,7 @@ use super::status::TrainClusterStatus;
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self.workerGroups.all(g, self.workerGroups.exists_one(h, h.name == g.name))").message("spec.workerGroups[].name must be unique; rename the duplicate group"))]
+#[x_kube(validation = Rule::new("!has(self.provisioning) || !has(self.elastic) || !has(self.elastic.waitForReadySlices) || self.elastic.waitForReadySlices").message("spec.provisioning asks for slices for groups placed on slices: it needs spec.elastic.waitForReadySlices true (with false, the workers themselves wait for capacity); remove one of them"))]
 #[x_kube(validation = Rule::new("!has(self.successPolicy) || self.successPolicy != 'Head' || has(self.head)").message("spec.successPolicy Head needs spec.head: add a head, or use AllWorkers"))]
 pub struct TrainClusterSpec {
     /// Optional coordinator (e.g. Ray head) pod. Not part of any slice.
@@ -84,6 +86,11 @@ pub struct TrainClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub active_deadline_seconds: Option<u32>,
+
+    /// Ask for slices that do not exist yet (node pools at zero, node auto-provisioning),
+    /// up to each group's `slices.max`. Unset: only slices whose Nodes exist are used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provisioning: Option<Provisioning>,
 }
 
 /// When a TrainCluster's run counts as done.

@@ -204,6 +204,11 @@ pub struct GroupStatus {
     /// Slices of the group's shape that others use (at most 8 listed): `slice: by what`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub busy_slices: Vec<String>,
+    /// Slices of the group's shape its pods could not run on (at most 8 listed): `slice:
+    /// why` (a node selector or required node affinity their nodes do not match, a taint
+    /// the pods do not tolerate). Named, like `busySlices`, only while the group is short.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unfit_slices: Vec<String>,
     /// Slices kept for the group while it has replicas to (re)create (a restart, a
     /// replacement, growth): no other TrainCluster is given them, even in the moment
     /// between the old pods going and the new ones being created. Empty while it runs whole.
@@ -212,6 +217,9 @@ pub struct GroupStatus {
     /// Hot spares (`slices.spares`): wanted now, and the slices held for the group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spares: Option<SpareStatus>,
+    /// Slices asked for (`spec.provisioning`): pending, held, given up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<CapacityStatus>,
     /// Next free incarnation number (names each group incarnation uniquely in `TPU_NAME`).
     #[serde(default)]
     pub next_incarnation: u64,
@@ -287,6 +295,31 @@ pub struct SpareStatus {
     /// Slices swapped in for lost ones so far.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub swaps: u32,
+}
+
+/// The slices a worker group asks for (`spec.provisioning`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityStatus {
+    /// Slices the group asks for now: `slices.max` less the slices it can use.
+    #[serde(default)]
+    pub wanted: u32,
+    /// Requests whose placeholder is still pending (no slice yet).
+    #[serde(default)]
+    pub pending: u32,
+    /// Slices provisioned for the group, held by placeholders until its workers take them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held_slices: Vec<String>,
+    /// Since when a request has been pending (the oldest): the time spent waiting for
+    /// capacity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_since: Option<Time>,
+    /// Requests given up after `spec.provisioning.timeoutSeconds` (never charged).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub timeouts: u32,
+    /// When the last request was given up: the next is made a minute later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_timeout: Option<Time>,
 }
 
 pub const CONDITION_VALID: &str = "SpecValid";

@@ -3,6 +3,7 @@
 //! Built from the Nodes carrying the GKE TPU accelerator label and the pods the operator sees.
 //! One multi-host slice is one node pool; a single-host slice is one node.
 
+mod fit;
 mod live;
 mod nodes;
 mod occupancy;

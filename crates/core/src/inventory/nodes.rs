@@ -2,7 +2,7 @@
 
 use super::types::{FastMap, NodeHealth};
 use crate::constants::*;
-use crate::lean::{LeanNode, LeanPod};
+use crate::lean::{LeanNode, LeanPod, NodeTraits};
 use crate::tpu::Topology;
 
 /// What a node says, borrowed from it (nothing is copied until a slice keeps it).
@@ -18,6 +18,7 @@ pub(super) struct NodeObservation<'a> {
     pub health: NodeHealth,
     /// `topology.kubernetes.io/zone`, empty when unlabelled.
     pub zone: &'a str,
+    pub traits: &'a NodeTraits,
 }
 
 /// Chips per host of each node pool, from the nodes that report them. A node whose device
@@ -81,6 +82,7 @@ pub(super) fn observe_node<'a>(
     Some(NodeObservation {
         health: node_health_with_chips(node, chips),
         zone: node.label(NODE_LABEL_ZONE).unwrap_or_default(),
+        traits: &node.traits,
         name,
         slice_id,
         accelerator,

@@ -68,12 +68,16 @@ fn new_slice(obs: &NodeObservation) -> Slice {
         single_host: obs.single_host,
         lost: None,
         not_ready_since: None,
+        traits: Vec::new(),
     }
 }
 
 /// A node's share of its slice's health: the first trouble found names the slice's.
 fn add_node(slice: &mut Slice, obs: &NodeObservation) {
     slice.nodes.push(obs.name.to_string());
+    if !slice.traits.contains(obs.traits) {
+        slice.traits.push(obs.traits.clone());
+    }
     match &obs.health {
         NodeHealth::Terminating { reason } => {
             slice

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 
 use super::occupancy::Occupancy;
+use crate::lean::NodeTraits;
 
 /// Health of a node as far as slice readiness is concerned.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,6 +81,9 @@ pub struct Slice {
     pub(super) lost: Option<String>,
     /// Earliest NotReady transition among its nodes, for the grace period.
     pub(super) not_ready_since: Option<Timestamp>,
+    /// The labels and taints of its nodes, each distinct set once (a pool's nodes share
+    /// theirs): what a group's pods must fit (`fit.rs`).
+    pub traits: Vec<NodeTraits>,
 }
 
 impl Slice {

@@ -311,6 +311,10 @@ struct NodeSpec {
 struct Taint {
     #[serde(default)]
     key: String,
+    #[serde(default)]
+    value: String,
+    #[serde(default)]
+    effect: String,
     time_added: Option<Time>,
 }
 
@@ -354,12 +358,22 @@ impl From<Node> for LeanNode {
                 is_true: c.status == "True",
                 since: c.last_transition_time.map(|t| t.0),
             });
+        let labels = node.metadata.as_ref().and_then(|m| m.labels.as_ref());
+        let traits = NodeTraits::new(
+            labels.into_iter().flatten(),
+            taints.iter().map(|t| NodeTaint {
+                key: t.key.clone(),
+                value: t.value.clone(),
+                effect: t.effect.clone(),
+            }),
+        );
         LeanNode {
             metadata: node
                 .metadata
                 .map(|m| m.keeping_labels(|k| NODE_LABELS_READ.contains(&k)))
                 .unwrap_or_default(),
             taint_keys: taints.iter().map(|t| t.key.clone()).collect(),
+            traits,
             lifecycle_taint_since,
             unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
             ready,

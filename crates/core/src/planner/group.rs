@@ -66,8 +66,14 @@ impl<'a> Planner<'a> {
         let usable = self.usable_slices(group, &mine, &spare_slices, grace);
         memory.available_slices = available_slices(group, usable.len());
         // Named only while they matter, so that others' churn rewrites no settled status.
-        memory.busy_slices = if memory.available_slices < group.spec.slices.max {
+        let short = memory.available_slices < group.spec.slices.max;
+        memory.busy_slices = if short {
             self.busy_slices(group)
+        } else {
+            Vec::new()
+        };
+        memory.unfit_slices = if short {
+            self.unfit_slices(group)
         } else {
             Vec::new()
         };
@@ -129,6 +135,17 @@ impl<'a> Planner<'a> {
         // every group has been placed (`refill_all_spares`).
         let swapped = self.swap_spares(name, &spare_sets, first_create, &mut memory);
         let stopped = failed || finishing || sizing.stop.is_some();
+        let halted = failed || finishing || (sizing.stop.is_some() && !sizing.waiting());
+        // Slices held by requests not taken in this plan: what asking still has to cover.
+        let requested: HashSet<&str> = spare_sets
+            .iter()
+            .filter(|s| s.capacity && !swapped.contains(&s.index))
+            .filter_map(|s| s.slice)
+            .collect();
+        let usable_otherwise = usable
+            .iter()
+            .filter(|s| !requested.contains(s.id.as_str()))
+            .count();
         self.spare_refills.push(spares::Refill {
             group: name.to_string(),
             counted: usable
@@ -137,6 +154,8 @@ impl<'a> Planner<'a> {
                 .map(|s| s.id.clone())
                 .collect(),
             wanted: spares::wanted(group, sizing.target, stopped),
+            // Waiting for slices is what asking for them is for.
+            capacity: spares::capacity_wanted(self.tc, group, usable_otherwise, halted),
             sets: spare_sets,
             swapped,
         });

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Affinity, Pod};
 
 use crate::constants::{ENV_TPU_WORKER_ID, LABEL_HOST_INDEX};
 
@@ -20,9 +20,15 @@ pub struct GroupPods {
     /// Host 0's pod, exactly as rendered.
     first: Arc<Pod>,
     hosts: u32,
+    /// The first host to create: 0, or 1 for the rest of a group whose host 0 exists.
+    from: u32,
     /// The name without the host index: a host's pod is named `<stem><host>`.
     stem: Arc<str>,
     per_host: PerHost,
+    /// The affinity of every host but host 0, when it differs from host 0's: only host 0
+    /// carries the term that keeps other groups off its node pool (see
+    /// `render::worker_pod`).
+    followers_affinity: Option<Box<Option<Affinity>>>,
 }
 
 /// What a host's index changes besides its name and `slices.dev/host-index` label.
@@ -59,18 +65,37 @@ impl GroupPods {
         GroupPods {
             first: Arc::new(first),
             hosts,
+            from: 0,
             stem,
             per_host,
+            followers_affinity: None,
         }
     }
 
-    /// How many pods the group has.
+    /// Hosts other than host 0 have `affinity` instead of host 0's.
+    pub(super) fn with_followers_affinity(mut self, affinity: Option<Affinity>) -> GroupPods {
+        self.followers_affinity = Some(Box::new(affinity));
+        self
+    }
+
+    /// Only hosts 1 and up, for a group whose host 0 exists already (placed first).
+    pub(super) fn followers(mut self) -> GroupPods {
+        self.from = 1.min(self.hosts);
+        self
+    }
+
+    /// The hosts to create, in order.
+    pub fn hosts(&self) -> std::ops::Range<u32> {
+        self.from..self.hosts
+    }
+
+    /// How many pods to create.
     pub fn len(&self) -> usize {
-        self.hosts as usize
+        self.hosts().len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.hosts == 0
+        self.hosts().is_empty()
     }
 
     /// The name of host `host`'s pod.
@@ -83,7 +108,7 @@ impl GroupPods {
 
     /// Every pod's name, in host order.
     pub fn names(&self) -> impl Iterator<Item = String> + '_ {
-        (0..self.hosts).map(|h| self.name(h))
+        self.hosts().map(|h| self.name(h))
     }
 
     /// Host `host`'s pod, rendered now.
@@ -96,6 +121,9 @@ impl GroupPods {
         let index = host.to_string();
         if let Some(labels) = pod.metadata.labels.as_mut() {
             labels.insert(LABEL_HOST_INDEX.into(), index.clone());
+        }
+        if let (Some(affinity), Some(spec)) = (&self.followers_affinity, pod.spec.as_mut()) {
+            spec.affinity = Option::clone(affinity);
         }
         if let (PerHost::Worker { tpu }, Some(spec)) = (self.per_host, pod.spec.as_mut()) {
             spec.hostname = Some(name.clone());
@@ -110,7 +138,7 @@ impl GroupPods {
 
     /// Every pod, rendered one by one, in host order.
     pub fn iter(&self) -> impl Iterator<Item = Pod> + '_ {
-        (0..self.hosts).map(|h| self.pod(h))
+        self.hosts().map(|h| self.pod(h))
     }
 }
 

@@ -34,6 +34,7 @@ pub mod creates;
 mod deadline;
 mod effects;
 mod env;
+mod fit;
 mod fnv;
 mod group;
 mod group_pods;

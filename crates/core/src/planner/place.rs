@@ -87,11 +87,17 @@ impl<'a> Planner<'a> {
         let accelerator = shape.generation.accelerator_label();
         let topology = shape.topology.to_string();
         let ours = |h: &Holder| h.owner_uid == uid && h.group == name;
+        let needs = super::fit::needs(group);
         let mut held = Vec::new();
         let mut free = Vec::new();
         let mut standby = Vec::new();
         for slice in self.inventory.slices() {
             if !slice.matches(accelerator, &topology, shape.hosts) || self.avoids(&slice.id) {
+                continue;
+            }
+            // Where our pods run they stay (node affinity binds only at scheduling); a
+            // slice they could never be scheduled to is no slice for this group.
+            if !mine.pods.contains(slice.id.as_str()) && !super::fit::fits(slice, &needs) {
                 continue;
             }
             // Our own spare, as long as nothing but our placeholders is there (once our
@@ -139,7 +145,7 @@ impl<'a> Planner<'a> {
         held
     }
 
-    /// Slices of the group's shape that others use, and by what (for `kubectl describe`):
+    /// Slices of the group's shape its pods could run on that others use, and by what (for `kubectl describe`):
     /// at most [`BUSY_LISTED`], then how many more.
     pub(super) fn busy_slices(&self, group: &ResolvedGroup<'_>) -> Vec<String> {
         let Some(shape) = &group.shape else {
@@ -151,10 +157,12 @@ impl<'a> Planner<'a> {
         let others = |h: &Holder| {
             (h.owner_uid != uid).then(|| format!("TrainCluster {}/{}", h.namespace, h.cluster))
         };
+        let needs = super::fit::needs(group);
         let mut busy = self
             .inventory
             .slices()
             .filter(|s| s.matches(accelerator, &topology, shape.hosts))
+            .filter(|s| super::fit::fits(s, &needs))
             .filter_map(|s| {
                 let by = match &s.occupancy {
                     Occupancy::Foreign(use_) => Some(use_.to_string()),

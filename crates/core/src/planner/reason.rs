@@ -178,6 +178,15 @@ pub enum DeleteReason {
     SpareBroken {
         detail: String,
     },
+    /// A request for a slice (`spec.provisioning`) no slice answered in time: given up,
+    /// never charged, made again later.
+    ProvisioningTimeout {
+        seconds: u32,
+    },
+    /// A request for a slice no longer wanted (the group has the slices, or stopped).
+    CapacityReleased {
+        why: String,
+    },
 }
 
 impl DeleteReason {
@@ -248,6 +257,8 @@ impl DeleteReason {
             DeleteReason::SpareSwapped { .. } => "SpareSwapped",
             DeleteReason::SpareReleased { .. } => "SpareReleased",
             DeleteReason::SpareBroken { .. } => "SpareBroken",
+            DeleteReason::ProvisioningTimeout { .. } => "ProvisioningTimeout",
+            DeleteReason::CapacityReleased { .. } => "CapacityReleased",
             DeleteReason::SliceContended { .. } => "SliceContended",
             DeleteReason::KubeletRejected { .. } => "KubeletRejected",
         }
@@ -374,6 +385,14 @@ impl fmt::Display for DeleteReason {
             DeleteReason::SpareReleased { why } => write!(f, "hot spare released: {why}"),
             DeleteReason::SpareBroken { detail } => {
                 write!(f, "hot spare cannot hold its slice: {detail}; replacing it")
+            }
+            DeleteReason::ProvisioningTimeout { seconds } => write!(
+                f,
+                "no slice was provisioned within spec.provisioning.timeoutSeconds ({seconds} s); \
+                 asking again in a minute, not charged"
+            ),
+            DeleteReason::CapacityReleased { why } => {
+                write!(f, "request for a slice withdrawn: {why}")
             }
         }
     }

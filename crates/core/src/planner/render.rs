@@ -209,7 +209,32 @@ pub fn group_pods(
     placement: &GroupPlacement,
 ) -> GroupPods {
     let first = worker_pod(tc, group, placement, 0);
-    GroupPods::workers(first, group.hosts, group.shape.is_some())
+    let pods = GroupPods::workers(first, group.hosts, group.shape.is_some());
+    match excludes_others_from_host_0(group, placement) {
+        true => pods.with_followers_affinity(
+            group
+                .spec
+                .template
+                .spec
+                .as_ref()
+                .and_then(|s| s.affinity.clone()),
+        ),
+        false => pods,
+    }
+}
+
+/// A group pinned to a multi-host slice's node pool keeps other groups off it by one term
+/// on host 0 (see [`keep_other_groups_off_the_pool`]); its other hosts carry the
+/// template's own affinity only.
+fn excludes_others_from_host_0(group: &ResolvedGroup<'_>, placement: &GroupPlacement) -> bool {
+    group.shape.is_some()
+        && matches!(
+            placement.slice,
+            Some(PinnedSlice {
+                single_host: false,
+                ..
+            })
+        )
 }
 
 /// `<pod>.<headless service>` of every host of one replica group, in host order.
@@ -265,24 +290,29 @@ pub fn worker_pod(
     spec.subdomain = Some(headless_service_name(cluster));
     if let Some(shape) = &group.shape {
         let selector = spec.node_selector.get_or_insert_with(BTreeMap::new);
-        selector.insert(
-            NODE_LABEL_ACCELERATOR.into(),
-            shape.generation.accelerator_label().into(),
-        );
-        selector.insert(NODE_LABEL_TOPOLOGY.into(), shape.topology.to_string());
+        // The user's own choice of a key stays (a slice is chosen only where it holds).
+        let mut pin = |key: &str, value: &str| {
+            selector
+                .entry(key.to_string())
+                .or_insert_with(|| value.to_string());
+        };
+        pin(NODE_LABEL_ACCELERATOR, shape.generation.accelerator_label());
+        pin(NODE_LABEL_TOPOLOGY, &shape.topology.to_string());
         match &placement.slice {
             Some(PinnedSlice {
                 id,
                 single_host: false,
             }) => {
-                selector.insert(NODE_LABEL_NODEPOOL.into(), id.clone());
-                keep_other_groups_off_the_pool(&mut spec, &key);
+                pin(NODE_LABEL_NODEPOOL, id);
+                if host == 0 {
+                    keep_other_groups_off_the_pool(&mut spec, &key);
+                }
             }
             Some(PinnedSlice {
                 id,
                 single_host: true,
             }) => {
-                selector.insert("kubernetes.io/hostname".into(), id.clone());
+                pin(NODE_LABEL_HOSTNAME, id);
             }
             None if shape.is_multi_host() => add_exclusive_affinity(&mut spec, &key),
             None => {}
@@ -326,10 +356,16 @@ fn add_exclusive_affinity(spec: &mut PodSpec, key: &str) {
 }
 
 /// No pod of another group (ours, another cluster's, another install's: every namespace)
-/// is scheduled into the group's node pool while one of its pods runs there, nor the other
-/// way round: two clusters that chose the same slice at once never run on it together; the
+/// is scheduled into the group's node pool while this pod runs there, nor the other way
+/// round: two clusters that chose the same slice at once never run on it together; the
 /// contest is then settled by the earliest claim (see `observe`).
-fn keep_other_groups_off_the_pool(spec: &mut PodSpec, key: &str) {
+///
+/// A group pinned to its pool carries this on host 0 alone: the scheduler checks the
+/// required anti-affinity of every pod already placed against each pod it places, so one
+/// term per group keeps others out as well as one per pod, at a fraction of the cost to
+/// every scheduling decision in the cluster (and to a namespace whose quota limits
+/// cross-namespace affinity terms, one pod per group asks for one).
+pub(super) fn keep_other_groups_off_the_pool(spec: &mut PodSpec, key: &str) {
     let others = PodAffinityTerm {
         label_selector: Some(LabelSelector {
             match_expressions: Some(vec![

@@ -101,8 +101,21 @@ fn set_conditions(
                 [] => String::new(),
                 busy => format!(" (busy: {})", busy.join(", ")),
             };
+            let unfit = match g.status.unfit_slices.as_slice() {
+                [] => String::new(),
+                unfit => format!(" (unfit: {})", unfit.join("; ")),
+            };
+            let asking = match &g.status.capacity {
+                Some(c) if c.wanted > 0 => format!(
+                    " (asking for {}: {} pending, {} provisioned)",
+                    c.wanted,
+                    c.pending,
+                    c.held_slices.len()
+                ),
+                _ => String::new(),
+            };
             format!(
-                "group {}: {} of slices.min {} available{busy}",
+                "group {}: {} of slices.min {} available{busy}{unfit}{asking}",
                 g.status.name,
                 g.status.available_slices,
                 g.min.max(1)

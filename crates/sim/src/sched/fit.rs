@@ -2,11 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{
-    Node, NodeSelectorRequirement, NodeSelectorTerm, Pod, Taint, Toleration,
-};
+use k8s_openapi::api::core::v1::{Node, NodeSelectorTerm, Pod, Taint, Toleration};
 
 use slice_core::constants::TPU_RESOURCE;
+use slice_core::lean::NodeTaint;
 
 use super::resources::{node_tpu_allocatable, pod_tpu_request};
 use super::state::node_is_ready;
@@ -40,22 +39,15 @@ impl std::fmt::Display for Unfit {
     }
 }
 
-/// Does one toleration tolerate the taint? (Kubernetes' `ToleratesTaint`.)
+/// Does one toleration tolerate the taint? (Kubernetes' `ToleratesTaint`, as the planner
+/// reads it: `slice_core::fit`.)
 pub fn toleration_matches(t: &Toleration, taint: &Taint) -> bool {
-    if let Some(effect) = t.effect.as_deref()
-        && !effect.is_empty()
-        && effect != taint.effect
-    {
-        return false;
-    }
-    let key = t.key.as_deref().unwrap_or("");
-    match t.operator.as_deref().unwrap_or("Equal") {
-        "Exists" => key.is_empty() || key == taint.key,
-        _ => {
-            key == taint.key
-                && t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
-        }
-    }
+    let taint = NodeTaint {
+        key: taint.key.clone(),
+        value: taint.value.clone().unwrap_or_default(),
+        effect: taint.effect.clone(),
+    };
+    slice_core::fit::tolerates(t, &taint)
 }
 
 /// Does any toleration tolerate the taint?
@@ -63,46 +55,11 @@ pub fn tolerates(tolerations: &[Toleration], taint: &Taint) -> bool {
     tolerations.iter().any(|t| toleration_matches(t, taint))
 }
 
-fn requirement_matches(req: &NodeSelectorRequirement, labels: &BTreeMap<String, String>) -> bool {
-    let val = labels.get(&req.key);
-    let values = req.values.as_deref().unwrap_or(&[]);
-    match req.operator.as_str() {
-        "In" => val.is_some_and(|v| values.contains(v)),
-        "NotIn" => val.is_none_or(|v| !values.contains(v)),
-        "Exists" => val.is_some(),
-        "DoesNotExist" => val.is_none(),
-        "Gt" | "Lt" => {
-            let (Some(v), Some(bound)) = (
-                val.and_then(|v| v.parse::<i64>().ok()),
-                values.first().and_then(|b| b.parse::<i64>().ok()),
-            ) else {
-                return false;
-            };
-            if req.operator == "Gt" {
-                v > bound
-            } else {
-                v < bound
-            }
-        }
-        _ => false,
-    }
-}
-
 fn term_matches(term: &NodeSelectorTerm, node: &Node) -> bool {
-    let exprs = term.match_expressions.as_deref().unwrap_or(&[]);
-    let fields = term.match_fields.as_deref().unwrap_or(&[]);
-    if exprs.is_empty() && fields.is_empty() {
-        return false; // an empty term matches no objects
-    }
-    let empty = BTreeMap::new();
-    let labels = node.metadata.labels.as_ref().unwrap_or(&empty);
-    let mut name_fields = BTreeMap::new();
-    name_fields.insert(
-        "metadata.name".to_string(),
-        node.metadata.name.clone().unwrap_or_default(),
-    );
-    exprs.iter().all(|r| requirement_matches(r, labels))
-        && fields.iter().all(|r| requirement_matches(r, &name_fields))
+    let labels = node.metadata.labels.as_ref();
+    let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    slice_core::fit::term_matches(term, label, name)
 }
 
 /// `spec.nodeSelector` matches the node's labels.
@@ -189,7 +146,9 @@ mod tests {
     use super::*;
     use crate::nodes::taint;
     use crate::test_support::{pool_nodes, set_not_ready, tpu_pod};
-    use k8s_openapi::api::core::v1::{Affinity, NodeAffinity, NodeSelector};
+    use k8s_openapi::api::core::v1::{
+        Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement,
+    };
     use slice_core::constants::NODE_LABEL_NODEPOOL;
 
     fn with_selector(mut p: Pod, k: &str, v: &str) -> Pod {

@@ -8,7 +8,7 @@ use slice_core::constants::{LABEL_GROUP_KEY, NODE_LABEL_NODEPOOL};
 
 use super::anti_affinity::{self, Placed};
 use super::fit::check_fit;
-use super::resources::{pod_tpu_request, tpu_usage};
+use super::resources::{node_pods_allocatable, pod_counts, pod_tpu_request, tpu_usage};
 use super::state::{pod_is_terminal, pod_node};
 
 const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
@@ -59,6 +59,8 @@ struct Placer<'a> {
     by_host: HashMap<&'a str, Vec<&'a Node>>,
     /// Chips taken per node name.
     used: BTreeMap<String, u64>,
+    /// Pods bound per node name.
+    pods_on: BTreeMap<String, u64>,
     /// Pool -> group keys of the non-terminal pods in it.
     pool_keys: BTreeMap<String, BTreeSet<String>>,
     /// Non-terminal pods on the nodes, with their required anti-affinity terms, by pool;
@@ -86,6 +88,7 @@ impl<'a> Placer<'a> {
             by_host: index_by_label(&nodes, HOSTNAME_LABEL),
             nodes,
             used: tpu_usage(bound.iter().copied()),
+            pods_on: pod_counts(bound.iter().copied()),
             pool_keys: BTreeMap::new(),
             placed: HashMap::new(),
             wide: Vec::new(),
@@ -107,6 +110,7 @@ impl<'a> Placer<'a> {
     fn place(&mut self, pod: &Pod) -> Option<String> {
         let name = self.best_node(pod)?;
         *self.used.entry(name.clone()).or_insert(0) += pod_tpu_request(pod);
+        *self.pods_on.entry(name.clone()).or_insert(0) += 1;
         if let Some(k) = group_key(pod) {
             self.note_group_key(&name, k);
         }
@@ -121,7 +125,10 @@ impl<'a> Placer<'a> {
         let mut best: Option<(u8, &Node)> = None;
         for node in self.candidates(pod) {
             let name = node.metadata.name.as_deref().unwrap_or_default();
-            if check_fit(pod, node, self.used.get(name).copied().unwrap_or(0)).is_err()
+            let full = node_pods_allocatable(node)
+                .is_some_and(|max| self.pods_on.get(name).copied().unwrap_or(0) >= max);
+            if full
+                || check_fit(pod, node, self.used.get(name).copied().unwrap_or(0)).is_err()
                 || !self.anti_affinity_allows(pod, node, name)
             {
                 continue;
@@ -210,6 +217,7 @@ mod tests {
     use crate::nodes::{NodePoolSpec, build_node, taint};
     use crate::sched::{node_is_ready, node_tpu_allocatable};
     use crate::test_support::{bound, pool_nodes, set_not_ready, tpu_pod};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use proptest::prelude::*;
 
     #[test]
@@ -231,6 +239,24 @@ mod tests {
         let placed = schedule(&pending, &node_refs, &[&other]);
         let targets: Vec<&str> = placed.iter().map(|(_, n)| n.as_str()).collect();
         assert_eq!(targets, ["pool-b-0", "pool-b-1", "pool-b-2", "pool-b-3"]);
+    }
+
+    /// As a real scheduler's `NodeResourcesFit`: a node takes at most its allocatable
+    /// `pods`, whatever chips it has left.
+    #[test]
+    fn a_node_takes_no_more_pods_than_its_allocatable_pods() {
+        let mut nodes = pool_nodes("pool-0");
+        nodes.extend(pool_nodes("pool-1"));
+        for node in nodes.iter_mut().filter(|n| node_pool_of(n) == "pool-0") {
+            let allocatable = node.status.as_mut().unwrap().allocatable.as_mut().unwrap();
+            allocatable.insert("pods".into(), Quantity("0".into()));
+        }
+        let pods: Vec<Pod> = (0..2).map(|i| tpu_pod(&format!("p{i}"), 1)).collect();
+        let pending: Vec<&Pod> = pods.iter().collect();
+        let node_refs: Vec<&Node> = nodes.iter().collect();
+        let placed = schedule(&pending, &node_refs, &[]);
+        let targets: Vec<&str> = placed.iter().map(|(_, n)| n.as_str()).collect();
+        assert_eq!(targets, ["pool-1-0", "pool-1-0"]);
     }
 
     #[test]

@@ -77,6 +77,29 @@ pub fn tpu_usage<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> BTreeMap<String
     used
 }
 
+/// Pods bound per node name (ended ones not being deleted aside), for the node's `pods`
+/// limit.
+pub fn pod_counts<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    for p in pods {
+        if pod_is_terminal(p) && p.metadata.deletion_timestamp.is_none() {
+            continue;
+        }
+        if let Some(n) = pod_node(p) {
+            *counts.entry(n.to_string()).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
+/// Allocatable `pods` of a node, if it reports it: the scheduler places no more there
+/// (`NodeResourcesFit`: "Too many pods").
+pub fn node_pods_allocatable(node: &Node) -> Option<u64> {
+    let st = node.status.as_ref()?;
+    let q = st.allocatable.as_ref()?.get("pods")?;
+    Some(parse_count(&q.0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,6 +8,7 @@ mod busy_server;
 mod harness;
 mod lifecycle;
 mod lifecycle_edits;
+mod node_fit;
 mod platform_faults;
 mod restarts;
 mod shared_cluster;

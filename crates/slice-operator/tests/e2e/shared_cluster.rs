@@ -80,47 +80,28 @@ async fn a_slice_busy_with_another_teams_tpu_pods_is_never_used_until_they_finis
     env.stop().await;
 }
 
-/// Adds (or removes) a NoSchedule taint on every host of `pool` that the operator does not
-/// read: pods stay unschedulable there for a reason the slice's Nodes do not show.
+/// Sets (or restores) every host of `pool` to take no more pods (allocatable `pods` 0),
+/// which the operator does not read (a taint it would): pods stay unschedulable there for a
+/// reason the slice's labels, taints and readiness do not show.
 async fn hold_scheduling(env: &Env, pool: &str, hold: bool) {
     let nodes: Api<Node> = Api::all(env.client.clone());
+    let pods = if hold { "0" } else { "110" };
     for host in 0..4 {
         let name = format!("{}-{host}", env.pool(pool));
-        // Read, edit, write back under the read's resourceVersion: the node lifecycle
-        // controller edits taints too, and a blind write would undo its edit.
-        loop {
-            let node = nodes.get(&name).await.unwrap();
-            let mut taints = node.spec.and_then(|s| s.taints).unwrap_or_default();
-            taints.retain(|t| t.key != "e2e.slices.dev/hold");
-            if hold {
-                taints.push(
-                    serde_json::from_value(
-                        json!({"key": "e2e.slices.dev/hold", "effect": "NoSchedule"}),
-                    )
-                    .unwrap(),
-                );
-            }
-            let patch = json!({
-                "metadata": {"resourceVersion": node.metadata.resource_version},
-                "spec": {"taints": taints},
-            });
-            match nodes
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => break,
-                Err(kube::Error::Api(e)) if e.code == 409 => continue,
-                Err(e) => panic!("taint {name}: {e}"),
-            }
-        }
+        let patch = json!({"status": {"allocatable": {"pods": pods}}});
+        nodes
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap_or_else(|e| panic!("hold {name}: {e}"));
         let held = |node: &Node| {
-            node.spec
-                .iter()
-                .flat_map(|s| s.taints.iter().flatten())
-                .any(|t| t.key == "e2e.slices.dev/hold")
+            let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+            allocatable
+                .and_then(|a| a.get("pods"))
+                .map(|q| q.0.as_str())
+                == Some(pods)
         };
         env.wait_kubelet_sees(&format!("{name} held: {hold}"), |k| {
-            k.seen_node(&name).is_some_and(|n| held(&n) == hold)
+            k.seen_node(&name).is_some_and(|n| held(&n))
         })
         .await;
     }

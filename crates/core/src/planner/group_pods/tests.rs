@@ -1,7 +1,10 @@
 //! Every host's pod derived from host 0's equals the pod rendered whole for that host, for
 //! workers (TPU or not, with or without a head, user env in the way) and placeholders.
 
-use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{
+    Affinity, Container, EnvVar, Pod, PodAffinityTerm, PodAntiAffinity, PodTemplateSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use proptest::prelude::*;
 
 use crate::api::validate::resolve;
@@ -31,7 +34,7 @@ fn env(name: &str, value: &str) -> EnvVar {
 }
 
 /// A template whose containers already set some of the contract's keys and others.
-fn busy_template(chips: u32, sidecar: bool, host_network: bool) -> PodTemplateSpec {
+fn busy_template(chips: u32, sidecar: bool, host_network: bool, affinity: bool) -> PodTemplateSpec {
     let mut template = worker_template(chips);
     let spec = template.spec.as_mut().unwrap();
     spec.containers[0].env = Some(vec![
@@ -48,7 +51,44 @@ fn busy_template(chips: u32, sidecar: bool, host_network: bool) -> PodTemplateSp
         });
     }
     spec.host_network = Some(host_network);
+    spec.affinity = affinity.then(users_own_affinity);
     template
+}
+
+/// A term of the user's own: every host keeps it.
+fn users_own_affinity() -> Affinity {
+    Affinity {
+        pod_anti_affinity: Some(PodAntiAffinity {
+            required_during_scheduling_ignored_during_execution: Some(vec![PodAffinityTerm {
+                label_selector: Some(LabelSelector {
+                    match_labels: Some([("app".to_string(), "noisy".to_string())].into()),
+                    ..Default::default()
+                }),
+                topology_key: "kubernetes.io/hostname".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The required pod anti-affinity terms that keep other groups off the pod's node pool.
+fn exclusions(pod: &Pod) -> usize {
+    let terms = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.affinity.as_ref())
+        .and_then(|a| a.pod_anti_affinity.as_ref())
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        });
+    terms
+        .into_iter()
+        .flatten()
+        .filter(|t| t.topology_key == NODE_LABEL_NODEPOOL)
+        .count()
 }
 
 #[derive(Debug, Clone)]
@@ -59,6 +99,7 @@ struct Case {
     head: bool,
     sidecar: bool,
     host_network: bool,
+    affinity: bool,
     replica: u32,
     incarnation: u64,
     pinned: Option<bool>,
@@ -72,11 +113,12 @@ prop_compose! {
         head in any::<bool>(),
         sidecar in any::<bool>(),
         host_network in any::<bool>(),
+        affinity in any::<bool>(),
         replica in 0u32..12,
         incarnation in 0u64..40,
         pinned in proptest::option::of(any::<bool>()),
     ) -> Case {
-        Case { shape, hosts_without_tpu, membership, head, sidecar, host_network, replica, incarnation, pinned }
+        Case { shape, hosts_without_tpu, membership, head, sidecar, host_network, affinity, replica, incarnation, pinned }
     }
 }
 
@@ -94,7 +136,7 @@ fn cluster(case: &Case) -> TrainCluster {
         }
     }
     let chips = if case.shape.is_some() { 4 } else { 0 };
-    group.template = busy_template(chips, case.sidecar, case.host_network);
+    group.template = busy_template(chips, case.sidecar, case.host_network, case.affinity);
     if case.head {
         let mut template = worker_template(0);
         let port = k8s_openapi::api::core::v1::ContainerPort {
@@ -172,6 +214,7 @@ fn a_host_keeps_the_users_own_env_and_gets_its_own_worker_id() {
         head: true,
         sidecar: true,
         host_network: false,
+        affinity: false,
         replica: 2,
         incarnation: 5,
         pinned: Some(false),
@@ -192,4 +235,42 @@ fn a_host_keeps_the_users_own_env_and_gets_its_own_worker_id() {
     assert!(main.iter().any(|e| e.name == "USER_VAR"));
     let labels = pod.metadata.labels.as_ref().unwrap();
     assert_eq!(labels[LABEL_HOST_INDEX], "3");
+}
+
+/// Issue 27, finding 7: the scheduler checks every placed pod's required anti-affinity
+/// against each pod it places, so a term on every worker costs every scheduling decision in
+/// the cluster. A group pinned to its node pool carries one, on host 0; the user's own
+/// terms stay on every host.
+#[test]
+fn only_host_0_of_a_group_pinned_to_its_pool_keeps_other_groups_off_it() {
+    for affinity in [false, true] {
+        let case = Case {
+            shape: Some(2),
+            hosts_without_tpu: 1,
+            membership: Membership::Multislice,
+            head: false,
+            sidecar: false,
+            host_network: false,
+            affinity,
+            replica: 1,
+            incarnation: 4,
+            pinned: Some(false),
+        };
+        let tc = cluster(&case);
+        let groups = resolve(&tc).unwrap();
+        let pods: Vec<Pod> = group_pods(&tc, &groups[0], &placement(&case))
+            .iter()
+            .collect();
+        assert_eq!(pods.len(), 16);
+        assert_eq!(exclusions(&pods[0]), 1, "host 0 keeps others off the pool");
+        for pod in &pods[1..] {
+            assert_eq!(exclusions(pod), 0, "{:?}", pod.metadata.name);
+            let spec = pod.spec.as_ref().unwrap();
+            assert_eq!(spec.affinity, affinity.then(users_own_affinity));
+            assert_eq!(
+                spec.node_selector.as_ref().unwrap()[NODE_LABEL_NODEPOOL],
+                "pool-7"
+            );
+        }
+    }
 }

@@ -12,6 +12,7 @@
 //! * `refill`: keep `wanted` sets standing: new ones on free slices nobody else was given,
 //!   surplus ones released.
 
+mod capacity;
 mod pods;
 mod sets;
 
@@ -24,6 +25,7 @@ use super::state::Planner;
 use super::{DeleteReason, EventAfter, EventType, GroupCreate};
 use crate::api::validate::ResolvedGroup;
 use crate::api::{GroupStatus, SpareStatus};
+pub(super) use capacity::wanted as capacity_wanted;
 pub use pods::{spare_pod, spare_pod_name, spare_pods};
 pub(super) use sets::{Refill, SpareSet, own_spare_slices, wanted};
 use sets::{SpareJudging, SpareState, deadline, newest};
@@ -48,6 +50,12 @@ impl<'a> Planner<'a> {
             now: self.now,
             grace,
             placement_timeout: self.placement_timeout(group),
+            provisioning_timeout: self
+                .tc
+                .spec
+                .provisioning
+                .as_ref()
+                .map(|p| SignedDuration::from_secs(i64::from(p.timeout_seconds))),
         };
         let sets = sets::observe(pods, &judging, self.inventory);
         for set in &sets {
@@ -65,6 +73,7 @@ impl<'a> Planner<'a> {
                     self.delete_spare(group.name(), set, reason.clone());
                 }
                 SpareState::Standing => self.wake_for_spare(set, &judging),
+                SpareState::Requested => self.wake_for_request(set, &judging),
                 SpareState::Draining => {}
             }
         }
@@ -90,6 +99,16 @@ impl<'a> Planner<'a> {
             if let Some(t) = first {
                 self.wake_at(t);
             }
+        }
+    }
+
+    /// A pending request is looked at again when its provisioning deadline passes.
+    fn wake_for_request(&mut self, set: &SpareSet<'_>, judging: &SpareJudging<'_>) {
+        let Some(timeout) = judging.provisioning_timeout else {
+            return;
+        };
+        if let Some(t) = set.pods.iter().filter_map(|p| deadline(p, timeout)).min() {
+            self.wake_at(t);
         }
     }
 
@@ -120,11 +139,28 @@ impl<'a> Planner<'a> {
                 continue;
             };
             let replica = create.replica;
-            let reason = DeleteReason::SpareSwapped {
-                slice: slice.clone(),
+            let reason = match set.capacity {
+                true => DeleteReason::CapacityReleased {
+                    why: format!("replica {replica} takes slice {slice}, provisioned for it"),
+                },
+                false => DeleteReason::SpareSwapped {
+                    slice: slice.clone(),
+                },
             };
             self.delete_spare(group, set, reason);
             swapped.insert(set.index);
+            if set.capacity {
+                self.emit_after(
+                    EventType::Normal,
+                    "CapacityUsed",
+                    format!(
+                        "group {group}: replica {replica} placed on slice {slice}, provisioned for it (request {})",
+                        set.index
+                    ),
+                    EventAfter::Create(i),
+                );
+                continue;
+            }
             let status = memory.spares.get_or_insert_with(SpareStatus::default);
             status.swaps += 1;
             self.emit_after(
@@ -188,7 +224,7 @@ impl<'a> Planner<'a> {
         let counted = |s: &SpareSet<'_>| s.slice.is_some_and(|id| refill.counted.contains(id));
         let mut standing: Vec<&SpareSet<'_>> = sets
             .iter()
-            .filter(|s| s.standing() && !refill.swapped.contains(&s.index))
+            .filter(|s| !s.capacity && s.standing() && !refill.swapped.contains(&s.index))
             .collect();
         // The ones about to be taken stay; the others go first when there are too many.
         standing.sort_by_key(|s| (!counted(s), s.index));
@@ -212,6 +248,7 @@ impl<'a> Planner<'a> {
             .filter_map(|s| s.slice.map(str::to_string))
             .collect();
         slices.sort();
+        self.refill_capacity(group, refill, memory);
         let swaps = memory.spares.as_ref().map_or(0, |s| s.swaps);
         memory.spares = (group.spec.slices.spares > 0 || swaps > 0).then_some(SpareStatus {
             wanted: count,
@@ -237,10 +274,12 @@ impl<'a> Planner<'a> {
         }
         let accelerator = shape.generation.accelerator_label();
         let topology = shape.topology.to_string();
+        let needs = super::fit::needs(group);
         let candidates: Vec<_> = self
             .inventory
             .slices()
             .filter(|s| s.matches(accelerator, &topology, shape.hosts))
+            .filter(|s| super::fit::fits(s, &needs))
             .filter(|s| s.is_free() && s.is_ready() && !self.claimed.contains(&s.id))
             .collect();
         let mut held = 0;

@@ -3,14 +3,16 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ResourceRequirements};
+use k8s_openapi::api::core::v1::{Affinity, Container, Pod, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::api::TrainCluster;
 use crate::api::validate::ResolvedGroup;
 use crate::constants::*;
 use crate::planner::GroupPods;
-use crate::planner::render::{PinnedSlice, base_labels, owned_pod};
+use crate::planner::render::{
+    PinnedSlice, base_labels, group_key, keep_other_groups_off_the_pool, owned_pod,
+};
 
 /// `<cluster>-<group>-spare<index>-<host>`: never a worker's name, whose last two parts are
 /// both numbers.
@@ -37,20 +39,67 @@ pub fn spare_pod(
     slice: &PinnedSlice,
     host: u32,
 ) -> Pod {
+    placeholder(tc, group, index, Some(slice), host, false)
+}
+
+/// A request for one slice (`spec.provisioning`): the placeholder of host 0 alone, pinned
+/// to no slice, asking for the group's accelerator and topology. It alone carries the term
+/// that keeps other groups off the node pool it lands in (see `render`).
+pub fn capacity_request(tc: &TrainCluster, group: &ResolvedGroup<'_>, index: u32) -> GroupPods {
+    GroupPods::placeholders(placeholder(tc, group, index, None, 0, true), 1)
+}
+
+/// The other hosts' placeholders of request `index`, once its host 0 is bound in `slice`.
+pub fn capacity_followers(
+    tc: &TrainCluster,
+    group: &ResolvedGroup<'_>,
+    index: u32,
+    slice: &PinnedSlice,
+) -> GroupPods {
+    let first = placeholder(tc, group, index, Some(slice), 0, true);
+    GroupPods::placeholders(first, group.hosts).followers()
+}
+
+fn placeholder(
+    tc: &TrainCluster,
+    group: &ResolvedGroup<'_>,
+    index: u32,
+    slice: Option<&PinnedSlice>,
+    host: u32,
+    capacity: bool,
+) -> Pod {
     let cluster = tc.metadata.name.as_deref().unwrap_or_default();
+    let namespace = tc.metadata.namespace.as_deref().unwrap_or_default();
     let mut labels = base_labels(cluster, ROLE_SPARE);
     labels.insert(LABEL_GROUP.into(), group.name().into());
     labels.insert(LABEL_SPARE_INDEX.into(), index.to_string());
     labels.insert(LABEL_HOST_INDEX.into(), host.to_string());
-    labels.insert(LABEL_SLICE.into(), slice.id.clone());
+    if let Some(slice) = slice {
+        labels.insert(LABEL_SLICE.into(), slice.id.clone());
+    }
+    let mut spec = placeholder_spec(group, slice);
+    if capacity {
+        let key = group_key(
+            namespace,
+            cluster,
+            &format!("{}/capacity", group.name()),
+            index,
+            0,
+        );
+        labels.insert(LABEL_CAPACITY.into(), "true".into());
+        labels.insert(LABEL_GROUP_KEY.into(), key.clone());
+        if slice.is_none() {
+            keep_other_groups_off_the_pool(&mut spec, &key);
+        }
+    }
     let name = spare_pod_name(cluster, group.name(), index, host);
-    owned_pod(tc, name, labels, None, placeholder_spec(group, slice))
+    owned_pod(tc, name, labels, None, spec)
 }
 
 /// What a placeholder keeps from the worker template: the image (pulled on the spare's nodes
 /// ahead of the swap), where it may run (tolerations, node selector, scheduler) and how it
 /// pulls (secrets, service account). No env, no ports, no volumes: it is no worker.
-fn placeholder_spec(group: &ResolvedGroup<'_>, slice: &PinnedSlice) -> PodSpec {
+fn placeholder_spec(group: &ResolvedGroup<'_>, slice: Option<&PinnedSlice>) -> PodSpec {
     let template = group.spec.template.spec.clone().unwrap_or_default();
     // The container using the chips (not a sidecar): its image is the one to pull.
     let worker = template
@@ -70,10 +119,17 @@ fn placeholder_spec(group: &ResolvedGroup<'_>, slice: &PinnedSlice) -> PodSpec {
         );
         node_selector.insert(NODE_LABEL_TOPOLOGY.into(), shape.topology.to_string());
     }
-    match slice.single_host {
-        true => node_selector.insert("kubernetes.io/hostname".into(), slice.id.clone()),
-        false => node_selector.insert(NODE_LABEL_NODEPOOL.into(), slice.id.clone()),
+    match slice {
+        Some(s) if s.single_host => node_selector.insert(NODE_LABEL_HOSTNAME.into(), s.id.clone()),
+        Some(s) => node_selector.insert(NODE_LABEL_NODEPOOL.into(), s.id.clone()),
+        None => None,
     };
+    // Where the workers may run, the placeholders ask for: the template's node affinity.
+    let node_affinity = template.affinity.and_then(|a| a.node_affinity);
+    let affinity = node_affinity.map(|node_affinity| Affinity {
+        node_affinity: Some(node_affinity),
+        ..Default::default()
+    });
     PodSpec {
         containers: vec![Container {
             name: "placeholder".into(),
@@ -90,6 +146,7 @@ fn placeholder_spec(group: &ResolvedGroup<'_>, slice: &PinnedSlice) -> PodSpec {
             ..Default::default()
         }],
         node_selector: Some(node_selector),
+        affinity,
         tolerations: template.tolerations,
         image_pull_secrets: template.image_pull_secrets,
         service_account_name: template.service_account_name,

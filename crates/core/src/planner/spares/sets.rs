@@ -6,6 +6,7 @@ use std::collections::{BTreeSet, HashSet};
 use jiff::{SignedDuration, Timestamp};
 
 use crate::api::validate::ResolvedGroup;
+use crate::constants::LABEL_CAPACITY;
 use crate::inventory::{Holder, Inventory, Occupancy};
 use crate::lean::LeanPod;
 use crate::planner::observe::{self, PodFacts, Verdict};
@@ -18,12 +19,16 @@ pub(crate) struct SpareSet<'a> {
     pub slice: Option<&'a str>,
     pub pods: Vec<&'a LeanPod>,
     pub state: SpareState,
+    /// A request for a slice (`spec.provisioning`), not a hot spare.
+    pub capacity: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum SpareState {
     /// Complete (or just created and filling in) on a slice it holds.
     Standing,
+    /// A request for a slice whose host 0 is not bound yet.
+    Requested,
     /// Every placeholder is already being deleted.
     Draining,
     /// Must be deleted whole.
@@ -45,13 +50,15 @@ pub(crate) struct SpareJudging<'a> {
     pub now: Timestamp,
     pub grace: SignedDuration,
     pub placement_timeout: Option<SignedDuration>,
+    /// `spec.provisioning.timeoutSeconds`: how long a request may stay pending.
+    pub provisioning_timeout: Option<SignedDuration>,
 }
 
 /// The group's placeholder sets, by spare index, each judged.
 pub(crate) fn observe<'a>(
     pods: &[PodFacts<'a>],
     judging: &SpareJudging<'_>,
-    inventory: &Inventory,
+    inventory: &'a Inventory,
 ) -> Vec<SpareSet<'a>> {
     let mut sorted: Vec<&PodFacts<'a>> = pods.iter().collect();
     sorted.sort_by_key(|f| (f.spare, f.host));
@@ -67,12 +74,22 @@ pub(crate) fn observe<'a>(
 fn judge<'a>(
     facts: &[PodFacts<'a>],
     judging: &SpareJudging<'_>,
-    inventory: &Inventory,
+    inventory: &'a Inventory,
 ) -> SpareSet<'a> {
-    let slice = facts.iter().find_map(|f| f.slice);
+    let capacity = facts.iter().any(|f| f.pod.label(LABEL_CAPACITY).is_some());
+    // A request's host 0 is pinned to no slice: its slice is the one it was bound in.
+    let bound_in = || {
+        let node = facts.iter().find_map(|f| f.pod.node_name.as_deref())?;
+        Some(inventory.slice_of_node(node)?.id.as_str())
+    };
+    let slice = facts
+        .iter()
+        .find_map(|f| f.slice)
+        .or_else(|| capacity.then(bound_in).flatten());
     let state = match facts[0].spare {
         None => SpareState::Broken(broken("a placeholder has no spare index")),
         Some(_) if facts.iter().all(|f| observe::terminating(f.pod)) => SpareState::Draining,
+        Some(_) if capacity && slice.is_none() => pending_request(facts, judging),
         Some(index) => problem(facts, slice, index, judging, inventory)
             .map_or(SpareState::Standing, SpareState::Broken),
     };
@@ -81,6 +98,28 @@ fn judge<'a>(
         slice,
         pods: facts.iter().map(|f| f.pod).collect(),
         state,
+        capacity,
+    }
+}
+
+/// A request whose host 0 is not bound: waiting for a slice, unless it waited too long or
+/// its pod ended.
+fn pending_request(facts: &[PodFacts<'_>], judging: &SpareJudging<'_>) -> SpareState {
+    if let Some(f) = facts.iter().find(|f| crate::inventory::is_terminal(f.pod)) {
+        return SpareState::Broken(broken(format!("placeholder {} has ended", f.pod.name())));
+    }
+    let timed_out = |timeout: SignedDuration| {
+        facts
+            .iter()
+            .filter_map(|f| deadline(f.pod, timeout))
+            .any(|deadline| deadline <= judging.now)
+    };
+    match judging.provisioning_timeout {
+        Some(timeout) if timed_out(timeout) => {
+            let seconds = timeout.as_secs().try_into().unwrap_or(u32::MAX);
+            SpareState::Broken(DeleteReason::ProvisioningTimeout { seconds })
+        }
+        _ => SpareState::Requested,
     }
 }
 
@@ -130,6 +169,13 @@ fn problem(
         return Some(reason);
     }
     if facts.len() >= judging.hosts as usize {
+        return None;
+    }
+    // A request's host 0 just bound: the rest of its placeholders are created now.
+    if let [only] = facts
+        && only.pod.label(LABEL_CAPACITY).is_some()
+        && only.host == Some(0)
+    {
         return None;
     }
     match observe::incomplete(facts, judging.hosts, judging.now) {
@@ -205,6 +251,7 @@ pub(crate) fn deadline(pod: &LeanPod, timeout: SignedDuration) -> Option<Timesta
 /// all going (a swap cut short by a failed create or a restart, a release): still ours
 /// until they are gone, so the group may place a replica there.
 pub(crate) fn own_spare_slices<'a>(sets: &[SpareSet<'a>]) -> HashSet<&'a str> {
+    // A request's slice once its host 0 is bound (Standing) is held like a spare's.
     sets.iter()
         .filter(|s| matches!(s.state, SpareState::Standing | SpareState::Draining))
         .filter_map(|s| s.slice)
@@ -218,6 +265,8 @@ pub(crate) struct Refill<'a> {
     /// them is about to be taken, never released.
     pub counted: HashSet<String>,
     pub wanted: Result<u32, String>,
+    /// Slices to ask for (`spec.provisioning`): see `capacity::wanted`.
+    pub capacity: u32,
     pub sets: Vec<SpareSet<'a>>,
     pub swapped: BTreeSet<u32>,
 }

@@ -2,6 +2,7 @@
 //! fixtures the phase modules' own unit tests share ([`Scene`], [`replica`], [`lean_pod`]).
 
 mod brake;
+mod capacity;
 mod creation;
 mod disruptions;
 mod elastic;
@@ -10,6 +11,7 @@ mod head_env;
 mod hygiene;
 mod lifecycle;
 mod metadata;
+mod node_fit;
 mod placement;
 mod recovery;
 mod refused_retries;

@@ -1,0 +1,216 @@
+//! Requests for slices that do not exist yet (`spec.provisioning`): one pending
+//! placeholder per missing slice, so the cluster autoscaler or node auto-provisioning
+//! scales a node pool up for it. Its host 0 is created alone, pinned to no slice; once it
+//! is bound, its node pool is known and the other hosts' placeholders are created pinned
+//! there. The slice is then held like a hot spare until the group's workers take it (a
+//! Multislice job only once every slice of its epoch is there: `place::create_replicas`).
+
+use jiff::SignedDuration;
+
+use super::pods::{capacity_followers, capacity_request};
+use super::sets::{Refill, SpareSet, SpareState};
+use crate::api::validate::ResolvedGroup;
+use crate::api::{CapacityStatus, GroupStatus, TrainCluster};
+use crate::planner::render::PinnedSlice;
+use crate::planner::state::Planner;
+use crate::planner::reason::DeleteReason;
+use crate::planner::types::{EventAfter, EventType, GroupCreate};
+
+/// After a request timed out, the next is made this much later.
+const RETRY_AFTER_TIMEOUT: SignedDuration = SignedDuration::from_secs(60);
+
+/// How many slices the group asks for: `slices.max` less the slices it can use without
+/// its requests' (`usable_otherwise`); none while it is stopped or without
+/// `spec.provisioning`.
+pub(crate) fn wanted(
+    tc: &TrainCluster,
+    group: &ResolvedGroup<'_>,
+    usable_otherwise: usize,
+    stopped: bool,
+) -> u32 {
+    match (&tc.spec.provisioning, &group.shape, stopped) {
+        (Some(_), Some(_), false) => {
+            let usable = u32::try_from(usable_otherwise).unwrap_or(u32::MAX);
+            group.spec.slices.max.saturating_sub(usable)
+        }
+        _ => 0,
+    }
+}
+
+impl Planner<'_> {
+    /// Keep the group's requests at what it wants: withdraw the surplus (pending ones
+    /// first), complete the ones just bound, make the missing ones. Records the status.
+    pub(super) fn refill_capacity(
+        &mut self,
+        group: &ResolvedGroup<'_>,
+        refill: &Refill<'_>,
+        memory: &mut GroupStatus,
+    ) {
+        let mut status = memory.capacity.take().unwrap_or_default();
+        count_timeouts(&refill.sets, &mut status, self.now);
+        let want = refill.capacity as usize;
+        let counted = |s: &SpareSet<'_>| s.slice.is_some_and(|id| refill.counted.contains(id));
+        let mut live: Vec<&SpareSet<'_>> = refill
+            .sets
+            .iter()
+            .filter(|s| s.capacity && !refill.swapped.contains(&s.index))
+            .filter(|s| matches!(s.state, SpareState::Standing | SpareState::Requested))
+            .collect();
+        // Held slices are kept before pending requests; a slice about to be taken always.
+        live.sort_by_key(|s| (!counted(s), s.state == SpareState::Requested, s.index));
+        let keep = want.max(live.iter().filter(|s| counted(s)).count());
+        while live.len() > keep {
+            let surplus = live.pop().expect("more than wanted");
+            let why = match want {
+                0 => "the group asks for no more slices".to_string(),
+                n => format!("the group asks for {n} more slices"),
+            };
+            self.withdraw(group.name(), surplus, why);
+        }
+        for set in live.iter().filter(|s| needs_followers(s, group.hosts)) {
+            self.complete_request(group, set);
+        }
+        let missing = want.saturating_sub(live.len());
+        let retry_at = status
+            .last_timeout
+            .as_ref()
+            .and_then(|t| t.0.checked_add(RETRY_AFTER_TIMEOUT).ok());
+        let made = match retry_at {
+            Some(at) if missing > 0 && at > self.now => {
+                self.wake_at(at);
+                0
+            }
+            _ => self.request_slices(group, missing, &refill.sets),
+        };
+        record(&mut status, &live, want, made, self.now);
+        let asked = status.wanted > 0 || status.timeouts > 0 || !live.is_empty();
+        memory.capacity = (self.tc.spec.provisioning.is_some() && asked).then_some(status);
+    }
+
+    fn withdraw(&mut self, group: &str, set: &SpareSet<'_>, why: String) {
+        let what = format!("group {group}: withdrawing request {}", set.index);
+        let reason = DeleteReason::CapacityReleased { why };
+        self.delete_with_note(group, None, reason, &set.pods, &what);
+    }
+
+    /// Host 0 of a request is bound: the rest of the slice's hosts, pinned to its pool.
+    fn complete_request(&mut self, group: &ResolvedGroup<'_>, set: &SpareSet<'_>) {
+        let Some(slice) = set.slice.and_then(|id| self.inventory.slice(id)) else {
+            return;
+        };
+        let pinned = PinnedSlice {
+            id: slice.id.clone(),
+            single_host: slice.single_host,
+        };
+        self.claimed.insert(slice.id.clone());
+        let after = EventAfter::Create(self.plan.create.len());
+        self.emit_after(
+            EventType::Normal,
+            "CapacityProvisioned",
+            format!(
+                "group {}: slice {} was provisioned for request {}; holding it ({} placeholder pods)",
+                group.name(),
+                slice.id,
+                set.index,
+                group.hosts
+            ),
+            after,
+        );
+        self.plan.create.push(GroupCreate {
+            group: group.name().to_string(),
+            replica: set.index,
+            epoch: 0,
+            slice: Some(slice.id.clone()),
+            spare: true,
+            pods: capacity_followers(self.tc, group, set.index, &pinned),
+        });
+    }
+
+    /// Make `missing` new requests, each with a spare index no set of the group uses.
+    fn request_slices(
+        &mut self,
+        group: &ResolvedGroup<'_>,
+        missing: usize,
+        sets: &[SpareSet<'_>],
+    ) -> usize {
+        let mut used: std::collections::BTreeSet<u32> = sets.iter().map(|s| s.index).collect();
+        for _ in 0..missing {
+            let index = (0..).find(|i| !used.contains(i)).expect("a free index");
+            used.insert(index);
+            self.plan.create.push(GroupCreate {
+                group: group.name().to_string(),
+                replica: index,
+                epoch: 0,
+                slice: None,
+                spare: true,
+                pods: capacity_request(self.tc, group, index),
+            });
+        }
+        if missing > 0 {
+            let shape = group
+                .shape
+                .as_ref()
+                .map(|s| format!("{} {}", s.generation.accelerator_label(), s.topology))
+                .unwrap_or_default();
+            self.emit(
+                EventType::Normal,
+                "CapacityRequested",
+                format!(
+                    "group {}: asking for {missing} more {shape} slices (pending placeholder pods for the cluster autoscaler)",
+                    group.name()
+                ),
+            );
+        }
+        missing
+    }
+}
+
+/// A request whose host 0 alone is bound, in a multi-host slice.
+fn needs_followers(set: &SpareSet<'_>, hosts: u32) -> bool {
+    set.state == SpareState::Standing && set.pods.len() == 1 && hosts > 1
+}
+
+/// Requests given up this round for their timeout.
+fn count_timeouts(sets: &[SpareSet<'_>], status: &mut CapacityStatus, now: jiff::Timestamp) {
+    let timed_out = sets.iter().filter(|s| {
+        s.capacity
+            && matches!(
+                s.state,
+                SpareState::Broken(DeleteReason::ProvisioningTimeout { .. })
+            )
+    });
+    let n = timed_out.count() as u32;
+    if n > 0 {
+        status.timeouts += n;
+        status.last_timeout = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now));
+    }
+}
+
+fn record(
+    status: &mut CapacityStatus,
+    live: &[&SpareSet<'_>],
+    want: usize,
+    made: usize,
+    now: jiff::Timestamp,
+) {
+    let pending: Vec<&&SpareSet<'_>> = live
+        .iter()
+        .filter(|s| s.state == SpareState::Requested)
+        .collect();
+    let mut held: Vec<String> = live
+        .iter()
+        .filter(|s| s.state == SpareState::Standing)
+        .filter_map(|s| s.slice.map(str::to_string))
+        .collect();
+    held.sort();
+    status.wanted = want as u32;
+    status.pending = (pending.len() + made) as u32;
+    status.held_slices = held;
+    let oldest = pending
+        .iter()
+        .flat_map(|s| s.pods.iter())
+        .filter_map(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0))
+        .min()
+        .or((made > 0).then_some(now));
+    status.waiting_since = oldest.map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time);
+}
