@@ -1,5 +1,5 @@
-//! The executor: applies a plan to the API server, in order: the status, the pod deletes
-//! and creates, the label patches, the Service, then the events of what went through. A create the API server
+//! The executor: applies a plan to the API server, in order: the Service, the status, the
+//! pod deletes and creates, the label patches, then the events of what went through. A create the API server
 //! refuses becomes a condition (see `planner::creates`), not an error: retrying at once
 //! cannot help.
 
@@ -62,6 +62,14 @@ async fn apply_in_order(
     let namespace = tc.namespace().unwrap_or_default();
     let service_api: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
     let reference = tc.object_ref(&());
+    // A Service that cannot be mended must not hold back the status and the pods (a failed
+    // group would stay, partial); its error is returned once the rest is done.
+    let service = service::ensure_service(&service_api, work.service, &plan.service).await;
+    if let Err(e) = &service {
+        warn!(error = %e, "could not bring the headless Service to what the plan wants");
+        let event = service_failed(e);
+        events::publish(&ctx.events, &ctx.ledger, &reference, &[event]);
+    }
     let api = status::dynamic_api(ctx.client.clone(), &namespace);
     // Status first: it carries the planner's memory (epoch, failures counted, slices kept),
     // so a crash after it converges instead of repeating decisions.
@@ -72,23 +80,6 @@ async fn apply_in_order(
         }
     }
     let acted = pod_actions::apply_pods(ctx, tc, plan, work.relists, progress).await;
-    // The Service after the pods: while it exists, every pod added, bound or started makes
-    // the endpoint controllers write its whole Endpoints and an EndpointSlice again (about
-    // 1,100 writes of up to 1,000 addresses for 1,024 pods), which on a real control plane
-    // slowed the creates by a third. A pod's name resolves only once the pod has an address,
-    // seconds after these creates are answered, by which time the Service exists. A Service
-    // that cannot be mended holds back neither the status nor the pods (a failed group
-    // would stay, partial); its error is returned once the rest is done.
-    let service = match ctx.fence.check() {
-        Ok(()) => service::ensure_service(&service_api, work.service, &plan.service).await,
-        // No longer leading: the leader mends it.
-        Err(_) => Ok(false),
-    };
-    if let Err(e) = &service {
-        warn!(error = %e, "could not bring the headless Service to what the plan wants");
-        let event = service_failed(e);
-        events::publish(&ctx.events, &ctx.ledger, &reference, &[event]);
-    }
     // After the actions (the status change above is one): an event says what happened.
     let done: Vec<_> = plan
         .events
