@@ -23,6 +23,11 @@
 //!
 //! `restart64`: as on the emulator (`create64/restart.rs`), the fake kubelet's termination
 //! spread passed to `slice-sim fake-kubelet --termination-spread`.
+//!
+//! Knobs besides the modes' own: `SCHEDULER_QPS` (kube-scheduler's `--kube-api-qps`, burst
+//! twice that; default its own 50, which paces its bindings), `SLICE_SIM_BIN` (default
+//! `slice-sim` next to the operator binary), `E2E_KEEP_LOGS=1` (keep the plane's folder:
+//! its logs and `audit.log`).
 
 pub(crate) mod audit;
 pub(crate) mod cpu;
