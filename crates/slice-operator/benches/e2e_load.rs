@@ -29,14 +29,22 @@
 //!   issue 27's targets. Knobs: `CHURN_PODS`, `CHURN_RATE`, `CHURN_SECS`, `IDLE_SECS`,
 //!   `CHURN_CLUSTERS`. See `e2e_load/churn.rs`.
 //!
+//! `E2E_PLANE=real` runs `create64` and `restart64` on a real control plane instead of the
+//! emulator (`KUBEBUILDER_ASSETS`, default `/opt/k8s/bin`; `slice-sim` built next to the
+//! operator binary): see `e2e_load/real/mod.rs`.
+//!
 //! `E2E_LOAD=create64 cargo bench -p slice-operator --bench e2e_load`
 
 #[path = "e2e_load/churn.rs"]
 mod churn;
+#[path = "../tests/e2e/control_plane.rs"]
+mod control_plane;
 #[path = "e2e_load/create64/mod.rs"]
 mod create64;
 #[path = "e2e_load/create64_report.rs"]
 mod create64_report;
+#[path = "e2e_load/real/mod.rs"]
+mod real;
 #[path = "e2e_load/requests.rs"]
 mod requests;
 
@@ -79,7 +87,10 @@ fn main() -> anyhow::Result<()> {
         std::path::Path::new(&binary).exists(),
         "{binary} missing: run `cargo build --release` first (make bench-e2e does)"
     );
+    let real_plane = std::env::var("E2E_PLANE").is_ok_and(|p| p == "real");
     match mode.as_str() {
+        "create64" if real_plane => runtime.block_on(real::create64(&binary)),
+        "restart64" if real_plane => runtime.block_on(real::restart64(&binary)),
         "converge100" => runtime.block_on(run(&binary)),
         "create64" => runtime.block_on(create64::run(&binary)),
         "restart64" => runtime.block_on(create64::restart::run(&binary)),

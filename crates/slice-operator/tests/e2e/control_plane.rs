@@ -36,6 +36,7 @@ pub use plane_install::{install_chart_objects, token_of};
 use plane_processes::{
     Spawner, config_from, free_port, kubeconfig, poll, random_token, version_of,
 };
+#[allow(unused_imports)] // used by the e2e suite only
 pub use plane_processes::{scrape, sum};
 
 /// The envtest convention: a folder with the control plane's binaries.
@@ -46,6 +47,37 @@ const BINARIES: [&str; 3] = [
     "kube-controller-manager",
 ];
 const START_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// How a control plane is started: the suite's (a small API server, the chart's replicas
+/// running the test build of the operator) or a benchmark's.
+pub struct PlaneOptions {
+    /// `--max-requests-inflight` and `--max-mutating-requests-inflight`; `None` keeps the API
+    /// server's defaults (400 and 200).
+    pub inflight: Option<(u32, u32)>,
+    /// An audit policy (YAML): the API server logs what it selects to `audit.log` in the
+    /// plane's folder, in batches (off the requests' path).
+    pub audit_policy: Option<String>,
+    /// kube-scheduler's `--kube-api-qps` (its burst twice that); `None` keeps its default
+    /// (50, burst 100): it sends a binding and an event per pod.
+    pub scheduler_qps: Option<u32>,
+    /// Start the chart's operator replicas once the plane is up.
+    pub start_operators: bool,
+    /// The operator binary the replicas run.
+    pub operator_bin: PathBuf,
+}
+
+impl PlaneOptions {
+    /// The e2e suite's plane: 12 + 6 requests in flight, as the load scenario needs.
+    pub fn e2e() -> PlaneOptions {
+        PlaneOptions {
+            inflight: Some((12, 6)),
+            audit_policy: None,
+            scheduler_qps: None,
+            start_operators: true,
+            operator_bin: PathBuf::from(env!("CARGO_BIN_EXE_slice-operator")),
+        }
+    }
+}
 
 /// The folder named by [`ASSETS_VAR`] when it holds every binary, in the test binaries
 /// that run on any cluster (the other system tests use the emulator's internals).
@@ -84,6 +116,28 @@ fn on_any_cluster() -> bool {
         env!("CARGO_CRATE_NAME"),
         "e2e" | "spec_fuzz" | "real_api_proxy"
     )
+}
+
+/// The API server's flags a plane's options choose: its in-flight limits, its audit log.
+fn server_options(dir: &Path, options: &PlaneOptions) -> Result<Vec<String>, String> {
+    let mut args = Vec::new();
+    if let Some((all, mutating)) = options.inflight {
+        args.push(format!("--max-requests-inflight={all}"));
+        args.push(format!("--max-mutating-requests-inflight={mutating}"));
+    }
+    if let Some(policy) = &options.audit_policy {
+        let file = dir.join("audit-policy.yaml");
+        std::fs::write(&file, policy).map_err(|e| format!("{}: {e}", file.display()))?;
+        args.push(format!("--audit-policy-file={}", file.display()));
+        args.push(format!(
+            "--audit-log-path={}",
+            dir.join("audit.log").display()
+        ));
+        args.push("--audit-log-format=json".into());
+        args.push("--audit-log-mode=batch".into());
+        args.push("--audit-log-batch-max-wait=1s".into());
+    }
+    Ok(args)
 }
 
 /// `name` in a folder of the PATH.
@@ -156,6 +210,8 @@ pub struct ControlPlane {
     operator_kubeconfig: PathBuf,
     operator_args: Vec<String>,
     operator_namespace: String,
+    /// The binary new operator replicas run.
+    operator_bin: Mutex<PathBuf>,
     process_group: i32,
     /// The chart Deployment's replicas.
     replicas: usize,
@@ -176,7 +232,7 @@ pub fn shared(assets: &Path) -> &'static ControlPlane {
                     .enable_all()
                     .build()
                     .map_err(|e| e.to_string())?
-                    .block_on(ControlPlane::start(&assets))
+                    .block_on(ControlPlane::start(&assets, &PlaneOptions::e2e()))
             })
             .join()
             .map_err(|_| "control plane start panicked".to_string())?
@@ -195,7 +251,9 @@ pub fn shared(assets: &Path) -> &'static ControlPlane {
 }
 
 impl ControlPlane {
-    async fn start(assets: &Path) -> Result<ControlPlane, String> {
+    /// Starts etcd, kube-apiserver, kube-scheduler and kube-controller-manager (leader
+    /// election on) on loopback ports of their own, and installs the chart's objects.
+    pub async fn start(assets: &Path, options: &PlaneOptions) -> Result<ControlPlane, String> {
         let dir = std::env::temp_dir().join(format!("slice-e2e-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -260,25 +318,25 @@ impl ControlPlane {
             ],
         )?;
         spawner.watchdog(std::process::id())?;
+        let mut apiserver_args = vec![
+            format!("--etcd-servers={etcd_url}"),
+            arg("--bind-address=127.0.0.1"),
+            arg("--advertise-address=127.0.0.1"),
+            format!("--secure-port={api_port}"),
+            format!("--cert-dir={}", path(&dir.join("certs"))),
+            format!("--token-auth-file={}", path(&dir.join("tokens.csv"))),
+            arg("--authorization-mode=RBAC"),
+            arg("--service-account-issuer=https://kubernetes.default.svc"),
+            format!("--service-account-key-file={}", path(&key)),
+            format!("--service-account-signing-key-file={}", path(&key)),
+            arg("--service-cluster-ip-range=10.96.0.0/16"),
+            arg("--allow-privileged=true"),
+        ];
+        apiserver_args.extend(server_options(&dir, options)?);
         spawner.spawn(
             "kube-apiserver",
             &assets.join("kube-apiserver"),
-            &[
-                format!("--etcd-servers={etcd_url}"),
-                arg("--bind-address=127.0.0.1"),
-                arg("--advertise-address=127.0.0.1"),
-                format!("--secure-port={api_port}"),
-                format!("--cert-dir={}", path(&dir.join("certs"))),
-                format!("--token-auth-file={}", path(&dir.join("tokens.csv"))),
-                arg("--authorization-mode=RBAC"),
-                arg("--service-account-issuer=https://kubernetes.default.svc"),
-                format!("--service-account-key-file={}", path(&key)),
-                format!("--service-account-signing-key-file={}", path(&key)),
-                arg("--service-cluster-ip-range=10.96.0.0/16"),
-                arg("--allow-privileged=true"),
-                arg("--max-requests-inflight=12"),
-                arg("--max-mutating-requests-inflight=6"),
-            ],
+            &apiserver_args,
         )?;
         let admin = config_from(&dir.join("admin.kubeconfig")).await?;
         let client = Client::try_from(admin.clone()).map_err(|e| e.to_string())?;
@@ -303,6 +361,10 @@ impl ControlPlane {
                 arg("--bind-address=127.0.0.1"),
                 format!("--secure-port={}", free_port()),
             ];
+            if let (Some(qps), "kube-scheduler") = (options.scheduler_qps, name) {
+                args.push(format!("--kube-api-qps={qps}"));
+                args.push(format!("--kube-api-burst={}", 2 * qps));
+            }
             if name == "kube-controller-manager" {
                 args.push(format!("--service-account-private-key-file={}", path(&key)));
                 args.push(arg("--use-service-account-credentials=true"));
@@ -333,11 +395,15 @@ impl ControlPlane {
             operator_kubeconfig,
             operator_args: deployment.args.clone(),
             operator_namespace: deployment.namespace.clone(),
+            operator_bin: Mutex::new(options.operator_bin.clone()),
             process_group: spawner.group.unwrap_or_default(),
             replicas: deployment.replicas,
             started: Default::default(),
             operators: Mutex::new(Vec::new()),
         };
+        if !options.start_operators {
+            return Ok(plane);
+        }
         for _ in 0..deployment.replicas {
             let op = plane.start_operator()?;
             plane.operators.lock().unwrap().push(op);
@@ -389,7 +455,11 @@ impl ControlPlane {
         };
         let child = spawner.spawn_with(
             &identity,
-            Path::new(env!("CARGO_BIN_EXE_slice-operator")),
+            &self
+                .operator_bin
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
             &args,
             // What the Deployment's downward API hands its pods.
             &[
@@ -428,7 +498,7 @@ impl ControlPlane {
     }
 
     /// The identities of the operator processes kept now.
-    fn running_identities(&self) -> Vec<String> {
+    pub fn running_identities(&self) -> Vec<String> {
         let ops = self.operators.lock().unwrap_or_else(|e| e.into_inner());
         ops.iter().map(|o| o.identity.clone()).collect()
     }
@@ -445,7 +515,7 @@ impl ControlPlane {
         }
     }
 
-    async fn wait_for_leader(&self, client: &Client) -> Result<(), String> {
+    pub async fn wait_for_leader(&self, client: &Client) -> Result<(), String> {
         let (namespace, name) = self.operator_lease();
         let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
         poll("an operator replica to lead", || async {
@@ -462,8 +532,42 @@ impl ControlPlane {
 
     /// Namespace and name of the operator's leader Lease (the chart's `--lease-name`).
     pub fn operator_lease(&self) -> (String, String) {
-        let name = super::shipped_config().lease_name;
-        (self.operator_namespace.clone(), name)
+        let name = self
+            .operator_args
+            .iter()
+            .find_map(|a| a.strip_prefix("--lease-name="))
+            .unwrap_or("slice-operator-leader");
+        (self.operator_namespace.clone(), name.to_string())
+    }
+
+    /// New operator replicas run `bin` (running ones are left alone).
+    pub fn use_operator_binary(&self, bin: &Path) {
+        *self.operator_bin.lock().unwrap_or_else(|e| e.into_inner()) = bin.to_path_buf();
+    }
+
+    /// The process group of every process of the plane (the operators' too).
+    pub fn process_group(&self) -> i32 {
+        self.process_group
+    }
+
+    /// The chart Deployment's replicas.
+    pub fn replicas(&self) -> usize {
+        self.replicas
+    }
+
+    /// The kubeconfig of the operator's ServiceAccount (what its pods run with).
+    pub fn operator_kubeconfig(&self) -> &Path {
+        &self.operator_kubeconfig
+    }
+
+    /// Starts `bin` with the plane's processes (ended with them), its output in
+    /// `<name>.log` in the plane's folder.
+    pub fn spawn(&self, name: &str, bin: &Path, args: &[String]) -> Result<Child, String> {
+        let mut spawner = Spawner {
+            dir: self.dir.clone(),
+            group: Some(self.process_group),
+        };
+        spawner.spawn(name, bin, args)
     }
 
     /// Starts one more replica and keeps it with the others; returns its identity.

@@ -832,6 +832,7 @@ impl Env {
                 node_selector: Some(run_selector(&self.run)),
                 start_delay: Duration::from_millis(100),
                 termination_delay: termination_delay(),
+                termination_spread: self.options.termination_spread,
                 // Where a kube-scheduler runs it binds, and the fake kubelet only admits.
                 scheduler: SchedulerMode::Auto,
                 ..Default::default()

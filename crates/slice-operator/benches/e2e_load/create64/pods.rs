@@ -1,5 +1,5 @@
-//! The bench's own watch of a namespace's pods: when they all exist, when all are Running and
-//! Ready.
+//! The bench's own watch of a namespace's pods: when they all exist, when all are bound to a
+//! node, when all are Running and Ready.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -18,13 +18,15 @@ use crate::requests::DRIVER_MARK;
 pub(crate) struct Progress {
     pub(crate) synced: bool,
     pub(crate) exist: usize,
+    pub(crate) bound: usize,
     pub(crate) ready: usize,
     pub(crate) all_exist: Option<Instant>,
+    pub(crate) all_bound: Option<Instant>,
     pub(crate) all_ready: Option<Instant>,
 }
 
-/// Watches one namespace's pods and stamps when `want` of them first exist and first are
-/// Running and Ready.
+/// Watches one namespace's pods and stamps when `want` of them first exist, first are bound
+/// (`spec.nodeName` set) and first are Running and Ready.
 pub(crate) struct PodTracker {
     pub(crate) rx: watch::Receiver<Progress>,
     pub(crate) task: tokio::task::JoinHandle<()>,
@@ -34,6 +36,10 @@ impl Drop for PodTracker {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+fn pod_bound(pod: &Pod) -> bool {
+    pod.spec.as_ref().is_some_and(|s| s.node_name.is_some())
 }
 
 fn pod_ready(pod: &Pod) -> bool {
@@ -48,7 +54,7 @@ fn pod_ready(pod: &Pod) -> bool {
 }
 
 impl PodTracker {
-    pub(super) async fn start(
+    pub(crate) async fn start(
         client: kube::Client,
         namespace: &str,
         want: usize,
@@ -57,7 +63,7 @@ impl PodTracker {
         let config = watcher::Config::default().labels(&format!("!{DRIVER_MARK}"));
         let (tx, mut rx) = watch::channel(Progress::default());
         let task = tokio::spawn(async move {
-            let mut pods: HashMap<String, bool> = HashMap::new();
+            let mut pods: HashMap<String, (bool, bool)> = HashMap::new();
             let mut stream = watcher(api, config).boxed();
             while let Some(event) = stream.next().await {
                 let Ok(event) = event else {
@@ -68,20 +74,26 @@ impl PodTracker {
                 match event {
                     Event::Init => pods.clear(),
                     Event::InitApply(p) | Event::Apply(p) => {
-                        pods.insert(name(&p), pod_ready(&p));
+                        pods.insert(name(&p), (pod_bound(&p), pod_ready(&p)));
                     }
                     Event::Delete(p) => {
                         pods.remove(&name(&p));
                     }
                     Event::InitDone => tx.send_modify(|p| p.synced = true),
                 }
-                let (exist, ready) = (pods.len(), pods.values().filter(|r| **r).count());
+                let exist = pods.len();
+                let bound = pods.values().filter(|(b, _)| *b).count();
+                let ready = pods.values().filter(|(_, r)| *r).count();
                 let now = Instant::now();
                 tx.send_modify(|p| {
                     p.exist = exist;
+                    p.bound = bound;
                     p.ready = ready;
                     if exist >= want && p.all_exist.is_none() {
                         p.all_exist = Some(now);
+                    }
+                    if bound >= want && p.all_bound.is_none() {
+                        p.all_bound = Some(now);
                     }
                     if ready >= want && p.all_ready.is_none() {
                         p.all_ready = Some(now);
@@ -97,12 +109,12 @@ impl PodTracker {
         Ok(PodTracker { rx, task })
     }
 
-    pub(super) fn now(&self) -> Progress {
+    pub(crate) fn now(&self) -> Progress {
         self.rx.borrow().clone()
     }
 
     /// Until `done` holds or `deadline` passes; the progress then.
-    pub(super) async fn wait(
+    pub(crate) async fn wait(
         &mut self,
         deadline: Duration,
         done: impl FnMut(&Progress) -> bool,

@@ -29,9 +29,9 @@ use super::operator::{ChildProcess, wait_operator_ready};
 use super::pods::PodTracker;
 use super::settings::{CLUSTER_NAME, CREATE_DEADLINE, HOSTS, METRICS_ADDR, PODS, SLICES};
 
-const NS: &str = "restart";
+pub(crate) const NS: &str = "restart";
 
-fn env_u64(name: &str, default: u64) -> u64 {
+pub(crate) fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
@@ -40,7 +40,7 @@ fn env_u64(name: &str, default: u64) -> u64 {
 
 /// Pods by epoch, as the bench's watch sees them.
 #[derive(Clone, Debug, Default)]
-struct Epochs {
+pub(crate) struct Epochs {
     /// epoch -> (pods, of them marked for deletion, of them Running and Ready)
     counts: HashMap<String, (usize, usize, usize)>,
 }
@@ -63,7 +63,9 @@ fn pod_state(pod: &Pod) -> (String, bool, bool) {
     (epoch, pod.metadata.deletion_timestamp.is_some(), ready)
 }
 
-fn watch_epochs(client: kube::Client) -> (watch::Receiver<Epochs>, tokio::task::JoinHandle<()>) {
+pub(crate) fn watch_epochs(
+    client: kube::Client,
+) -> (watch::Receiver<Epochs>, tokio::task::JoinHandle<()>) {
     let api: Api<Pod> = Api::namespaced(client, NS);
     let (tx, rx) = watch::channel(Epochs::default());
     let task = tokio::spawn(async move {
@@ -120,11 +122,15 @@ fn secs(d: Option<Duration>) -> String {
     d.map_or("-".into(), |d| format!("{:.1} s", d.as_secs_f64()))
 }
 
-async fn restart_once(
-    emulator: &Emulator,
+async fn restart_once<F, Fut>(
     client: &kube::Client,
     epochs: &mut watch::Receiver<Epochs>,
-) -> anyhow::Result<Restart> {
+    cluster_running: &F,
+) -> anyhow::Result<Restart>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
     let old = {
         let now = epochs.borrow();
         let running: Vec<&String> = now.counts.keys().collect();
@@ -153,7 +159,7 @@ async fn restart_once(
         if new_ready >= PODS && now.counts.len() == 1 && marks.new_ready.is_none() {
             marks.new_ready = at;
         }
-        if marks.new_ready.is_some() && marks.running.is_none() && cluster_running(emulator) {
+        if marks.new_ready.is_some() && marks.running.is_none() && cluster_running().await {
             marks.running = at;
             break;
         }
@@ -161,6 +167,59 @@ async fn restart_once(
         let _ = tokio::time::timeout(Duration::from_millis(50), epochs.changed()).await;
     }
     Ok(marks)
+}
+
+/// What a run of restarts is measured against.
+pub(crate) struct RestartTiming {
+    pub(crate) rounds: u64,
+    pub(crate) delay: Duration,
+    pub(crate) spread: Duration,
+    /// The kubelet's exit time of the slowest slice.
+    pub(crate) slowest_exit: Duration,
+    /// The fresh creation's time to all Ready.
+    pub(crate) fresh: Duration,
+}
+
+/// `timing.rounds` restarts, one after the other, each timed and printed as a table row.
+pub(crate) async fn timed_restarts<F, Fut>(
+    binary: &str,
+    client: &kube::Client,
+    mut epochs: watch::Receiver<Epochs>,
+    timing: &RestartTiming,
+    cluster_running: F,
+) -> anyhow::Result<()>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let bound = timing.slowest_exit + timing.fresh.mul_f64(1.2);
+    println!(
+        "restart64: {binary}\nslices {SLICES} x {HOSTS} hosts; old pods exit after {} to {} s by slice (slowest slice: {:.1} s)\nfresh creation to all Ready: {:.2} s; bound for a restart: {:.1} s",
+        timing.delay.as_secs_f64(),
+        (timing.delay + timing.spread).as_secs_f64(),
+        timing.slowest_exit.as_secs_f64(),
+        timing.fresh.as_secs_f64(),
+        bound.as_secs_f64()
+    );
+    println!(
+        "| restart | first old pod Terminating | first new pod | last old pod gone | all new Ready | TrainCluster Running | within bound |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for round in 1..=timing.rounds {
+        let marks = restart_once(client, &mut epochs, &cluster_running).await?;
+        let within = marks.running.map(|r| r <= bound);
+        println!(
+            "| {round} | {} | {} | {} | {} | {} | {} |",
+            secs(marks.first_terminating),
+            secs(marks.first_new),
+            secs(marks.old_gone),
+            secs(marks.new_ready),
+            secs(marks.running),
+            within.map_or("-", |w| if w { "yes" } else { "no" }),
+        );
+        anyhow::ensure!(marks.running.is_some(), "restart {round} did not finish");
+    }
+    Ok(())
 }
 
 pub async fn run(binary: &str) -> anyhow::Result<()> {
@@ -196,39 +255,23 @@ pub async fn run(binary: &str) -> anyhow::Result<()> {
     );
     let outcome = async {
         wait_operator_ready(&emulator, &mut operator).await?;
-        let (mut epochs, watch_task) = watch_epochs(client.clone());
+        let (epochs, watch_task) = watch_epochs(client.clone());
         let mut tracker = PodTracker::start(client.clone(), NS, PODS).await?;
         let fresh = create_cluster(&emulator, &client, &mut tracker, Membership::Multislice, NS)
             .await?
             .ready
             .ok_or_else(|| anyhow::anyhow!("the fresh cluster never became Ready"))?;
-        let bound = slowest_exit + fresh.mul_f64(1.2);
-        println!(
-            "restart64: {binary}\nslices {SLICES} x {HOSTS} hosts; old pods exit after {} to {} s by slice (slowest slice: {:.1} s)\nfresh creation to all Ready: {:.2} s; bound for a restart: {:.1} s",
-            delay.as_secs_f64(),
-            (delay + spread).as_secs_f64(),
-            slowest_exit.as_secs_f64(),
-            fresh.as_secs_f64(),
-            bound.as_secs_f64()
-        );
-        println!("| restart | first old pod Terminating | first new pod | last old pod gone | all new Ready | TrainCluster Running | within bound |");
-        println!("|---|---|---|---|---|---|---|");
-        for round in 1..=rounds {
-            let marks = restart_once(&emulator, &client, &mut epochs).await?;
-            let within = marks.running.map(|r| r <= bound);
-            println!(
-                "| {round} | {} | {} | {} | {} | {} | {} |",
-                secs(marks.first_terminating),
-                secs(marks.first_new),
-                secs(marks.old_gone),
-                secs(marks.new_ready),
-                secs(marks.running),
-                within.map_or("-", |w| if w { "yes" } else { "no" }),
-            );
-            anyhow::ensure!(marks.running.is_some(), "restart {round} did not finish");
-        }
+        let timing = RestartTiming {
+            rounds,
+            delay,
+            spread,
+            slowest_exit,
+            fresh,
+        };
+        let running = || std::future::ready(cluster_running(&emulator));
+        let result = timed_restarts(binary, &client, epochs, &timing, running).await;
         watch_task.abort();
-        Ok(())
+        result
     }
     .await;
     drop(operator);
