@@ -3,27 +3,17 @@
 //! on-demand pool), loses a spot slice, asks again, and is back at full size with nothing
 //! charged; the summary tells the time waiting for capacity from the time running.
 
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+mod examples_common;
 
 use slice_core::api::Phase;
 use slice_sim::Scenario;
-use slice_sim::simulate::{SimulateOptions, simulate};
 
 const EXAMPLE: &str = include_str!("../../../examples/autoscaled-spot.yaml");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_asking_for_spot_slices_from_zero_starts_once_with_all_of_them() {
     let scenario = Scenario::from_yaml(EXAMPLE).unwrap();
-    let out = Arc::new(Mutex::new(Vec::<u8>::new()));
-    let options = SimulateOptions {
-        scenario,
-        serve: None,
-        settle_timeout: Duration::from_secs(30),
-        picture: None,
-    };
-    let summary = simulate(options, out.clone()).await.unwrap();
-    let text = String::from_utf8(out.lock().unwrap().clone()).unwrap();
+    let (summary, text) = examples_common::run_to_summary(scenario).await;
     let (name, status) = &summary.clusters[0];
     assert_eq!(name, "train");
     assert_eq!(

@@ -3,27 +3,17 @@
 //! zone-wide blip longer than the node grace, and the run still ends `Succeeded` with no
 //! restart charged; the summary says why each group was replaced.
 
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+mod examples_common;
 
 use slice_core::api::Phase;
 use slice_sim::Scenario;
-use slice_sim::simulate::{SimulateOptions, simulate};
 
 const EXAMPLE: &str = include_str!("../../../examples/platform-faults.yaml");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_through_the_platforms_faults_succeeds_with_nothing_charged() {
     let scenario = Scenario::from_yaml(EXAMPLE).unwrap();
-    let out = Arc::new(Mutex::new(Vec::<u8>::new()));
-    let options = SimulateOptions {
-        scenario,
-        serve: None,
-        settle_timeout: Duration::from_secs(30),
-        picture: None,
-    };
-    let summary = simulate(options, out.clone()).await.unwrap();
-    let text = String::from_utf8(out.lock().unwrap().clone()).unwrap();
+    let (summary, text) = examples_common::run_to_summary(scenario).await;
     let (name, status) = &summary.clusters[0];
     assert_eq!(name, "demo");
     assert_eq!(status.phase, Phase::Succeeded, "{text}");

@@ -3,12 +3,10 @@
 //! containers, so the step plays the driver's end), and the cluster is Succeeded with
 //! nothing recreated.
 
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+mod examples_common;
 
 use slice_core::api::Phase;
 use slice_sim::Scenario;
-use slice_sim::simulate::{SimulateOptions, simulate};
 
 const EXAMPLE: &str = include_str!("../../../examples/ray-multislice.yaml");
 
@@ -32,15 +30,7 @@ async fn the_ray_example_runs_to_succeeded_when_its_driver_exits_0() {
     let mut cluster: serde_json::Value = serde_yaml::from_str(EXAMPLE).unwrap();
     cluster["metadata"]["namespace"] = "default".into();
     scenario.train_clusters.push(cluster);
-    let out = Arc::new(Mutex::new(Vec::<u8>::new()));
-    let options = SimulateOptions {
-        scenario,
-        serve: None,
-        settle_timeout: Duration::from_secs(30),
-        picture: None,
-    };
-    let summary = simulate(options, out.clone()).await.unwrap();
-    let text = String::from_utf8(out.lock().unwrap().clone()).unwrap();
+    let (summary, text) = examples_common::run_to_summary(scenario).await;
     let (name, status) = &summary.clusters[0];
     assert_eq!(name, "ray");
     assert_eq!(status.phase, Phase::Succeeded, "{text}");

@@ -79,20 +79,15 @@ impl<'a> Planner<'a> {
         spares: &HashSet<&str>,
         grace: SignedDuration,
     ) -> Vec<&'a Slice> {
-        let Some(shape) = &group.shape else {
-            return Vec::new();
-        };
         let uid = self.tc.metadata.uid.as_deref().unwrap_or_default();
         let name = group.name();
-        let accelerator = shape.generation.accelerator_label();
-        let topology = shape.topology.to_string();
         let ours = |h: &Holder| h.owner_uid == uid && h.group == name;
         let needs = super::fit::needs(group);
         let mut held = Vec::new();
         let mut free = Vec::new();
         let mut standby = Vec::new();
-        for slice in self.inventory.slices() {
-            if !slice.matches(accelerator, &topology, shape.hosts) || self.avoids(&slice.id) {
+        for slice in self.slices_of_shape(group) {
+            if self.avoids(&slice.id) {
                 continue;
             }
             // Where our pods run they stay (node affinity binds only at scheduling); a
@@ -148,37 +143,21 @@ impl<'a> Planner<'a> {
     /// Slices of the group's shape its pods could run on that others use, and by what (for `kubectl describe`):
     /// at most [`BUSY_LISTED`], then how many more.
     pub(super) fn busy_slices(&self, group: &ResolvedGroup<'_>) -> Vec<String> {
-        let Some(shape) = &group.shape else {
-            return Vec::new();
-        };
         let uid = self.tc.metadata.uid.as_deref().unwrap_or_default();
-        let topology = shape.topology.to_string();
-        let accelerator = shape.generation.accelerator_label();
         let others = |h: &Holder| {
             (h.owner_uid != uid).then(|| format!("TrainCluster {}/{}", h.namespace, h.cluster))
         };
-        let needs = super::fit::needs(group);
-        let mut busy = self
-            .inventory
-            .slices()
-            .filter(|s| s.matches(accelerator, &topology, shape.hosts))
-            .filter(|s| super::fit::fits(s, &needs))
-            .filter_map(|s| {
-                let by = match &s.occupancy {
-                    Occupancy::Foreign(use_) => Some(use_.to_string()),
-                    Occupancy::Held(h) => others(h),
-                    Occupancy::Contended(hs) => others(&hs[0]),
-                    Occupancy::Spare(hs) => others(&hs[0]).map(|by| format!("{by} (hot spare)")),
-                    Occupancy::Free => None,
-                }?;
-                Some(format!("{}: {by}", s.id))
-            });
-        let mut listed: Vec<String> = busy.by_ref().take(BUSY_LISTED).collect();
-        let more = busy.count();
-        if more > 0 {
-            listed.push(format!("and {more} more"));
-        }
-        listed
+        let busy = self.fitting_slices(group).into_iter().filter_map(|s| {
+            let by = match &s.occupancy {
+                Occupancy::Foreign(use_) => Some(use_.to_string()),
+                Occupancy::Held(h) => others(h),
+                Occupancy::Contended(hs) => others(&hs[0]),
+                Occupancy::Spare(hs) => others(&hs[0]).map(|by| format!("{by} (hot spare)")),
+                Occupancy::Free => None,
+            }?;
+            Some(format!("{}: {by}", s.id))
+        });
+        super::fit::first_few(busy, BUSY_LISTED)
     }
 
     /// Create the `wanted` replicas, each whole and, for a slice-shaped group, on the next

@@ -213,14 +213,8 @@ impl Planner<'_> {
     /// The free, whole, ready slices of the group's shape (busy ones are full already). One
     /// going away (a spot reclaim) is not among them: its pool may be provisioned again.
     fn known_pools(&self, group: &ResolvedGroup<'_>) -> Vec<String> {
-        let Some(shape) = &group.shape else {
-            return Vec::new();
-        };
-        let accelerator = shape.generation.accelerator_label();
-        let topology = shape.topology.to_string();
-        self.inventory
-            .slices()
-            .filter(|s| s.matches(accelerator, &topology, shape.hosts))
+        self.slices_of_shape(group)
+            .into_iter()
             .filter(|s| s.is_ready() && s.is_free())
             .map(|s| s.id.clone())
             .collect()

@@ -266,22 +266,16 @@ impl<'a> Planner<'a> {
         missing: usize,
         mut used: BTreeSet<u32>,
     ) {
-        let Some(shape) = &group.shape else { return };
+        if group.shape.is_none() {
+            return;
+        }
         let spare_hold = super::creates::spare_hold(self.previous, self.fresh_spec, self.now);
         if let Some(until) = spare_hold.or(self.create_hold) {
             self.wake_at(until);
             return;
         }
-        let accelerator = shape.generation.accelerator_label();
-        let topology = shape.topology.to_string();
-        let needs = super::fit::needs(group);
-        let candidates: Vec<_> = self
-            .inventory
-            .slices()
-            .filter(|s| s.matches(accelerator, &topology, shape.hosts))
-            .filter(|s| super::fit::fits(s, &needs))
-            .filter(|s| s.is_free() && s.is_ready() && !self.claimed.contains(&s.id))
-            .collect();
+        let mut candidates = self.fitting_slices(group);
+        candidates.retain(|s| s.is_free() && s.is_ready() && !self.claimed.contains(&s.id));
         let mut held = 0;
         for slice in candidates {
             if held == missing {

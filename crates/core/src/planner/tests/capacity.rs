@@ -39,6 +39,15 @@ fn provision(world: &mut World, pool: &str) {
     world.schedule_pending();
 }
 
+/// The template is edited to ask for spot nodes (a new generation).
+fn ask_for_spot(world: &mut World) {
+    let template = &mut world.cluster.spec.worker_groups[0].template;
+    let spec = template.spec.as_mut().unwrap();
+    let spot = ("cloud.google.com/gke-spot".to_string(), "true".to_string());
+    spec.node_selector = Some([spot].into());
+    world.cluster.metadata.generation = Some(2);
+}
+
 fn selector(pod: &Pod) -> &BTreeMap<String, String> {
     pod.spec.as_ref().unwrap().node_selector.as_ref().unwrap()
 }
@@ -233,14 +242,7 @@ fn a_held_slice_the_edited_template_no_longer_fits_is_given_back() {
         .held_slices;
     assert_eq!(held, ["pool-a"]);
     // The template now asks for spot; pool-a is not.
-    let spec = world.cluster.spec.worker_groups[0]
-        .template
-        .spec
-        .as_mut()
-        .unwrap();
-    spec.node_selector =
-        Some([("cloud.google.com/gke-spot".to_string(), "true".to_string())].into());
-    world.cluster.metadata.generation = Some(2);
+    ask_for_spot(&mut world);
     let plan = world.step();
     let withdrawn: Vec<String> = plan
         .delete
@@ -275,14 +277,7 @@ fn a_pending_request_of_an_older_template_is_withdrawn_and_asked_again() {
     let mut world = asking(Membership::Independent, 1, 1);
     world.settle(3);
     let before = requests(&world)[0].metadata.uid.clone();
-    let spec = world.cluster.spec.worker_groups[0]
-        .template
-        .spec
-        .as_mut()
-        .unwrap();
-    spec.node_selector =
-        Some([("cloud.google.com/gke-spot".to_string(), "true".to_string())].into());
-    world.cluster.metadata.generation = Some(2);
+    ask_for_spot(&mut world);
     let plan = world.step();
     assert_eq!(codes(&plan), BTreeSet::from(["CapacityReleased"]));
     world.now += secs(1);
