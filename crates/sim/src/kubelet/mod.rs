@@ -39,7 +39,7 @@ pub use events::KubeletEvent;
 pub use execute::{bind_pod, binding_for, force_delete_pod};
 pub use exit_time::exit_time;
 pub use node_lease::{NODE_LEASE_NAMESPACE, RENEW_INTERVAL, kubelet_alive, node_lease};
-pub use options::{KubeletOptions, SchedulerMode};
+pub use options::{DEFAULT_CONCURRENCY, KubeletOptions, SchedulerMode};
 pub use plan::KubeletCore;
 pub use pod_status::{
     OUT_OF_TPU_REASON, pod_ip, ready_status_patch, rejected_status_patch, running_status_patch,

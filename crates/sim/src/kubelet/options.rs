@@ -47,6 +47,10 @@ impl std::str::FromStr for SchedulerMode {
     }
 }
 
+/// Actions in flight at once by default: enough that a restart of 1,024 pods is not paced
+/// by one answer at a time, few enough for one client's connection pool.
+pub const DEFAULT_CONCURRENCY: usize = 64;
+
 /// Options of the fake kubelet.
 #[derive(Debug, Clone)]
 pub struct KubeletOptions {
@@ -78,6 +82,10 @@ pub struct KubeletOptions {
     pub retry_after: Duration,
     /// Periodic pass even without watch events.
     pub resync: Duration,
+    /// Actions of one pass in flight at once (at least 1). Every node of a real cluster has
+    /// a kubelet of its own; one fake kubelet plays them all, and must not queue one node's
+    /// pod behind another's answer.
+    pub concurrency: usize,
     /// Receives one event per applied action, for progress output and tests.
     pub events: Option<mpsc::UnboundedSender<KubeletEvent>>,
 }
@@ -97,6 +105,7 @@ impl Default for KubeletOptions {
             orphan_grace: Duration::from_millis(500),
             retry_after: Duration::from_secs(2),
             resync: Duration::from_millis(500),
+            concurrency: DEFAULT_CONCURRENCY,
             events: None,
         }
     }

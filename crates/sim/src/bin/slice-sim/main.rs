@@ -61,6 +61,10 @@ enum Command {
         /// take longer to exit than others'.
         #[arg(long, default_value_t = 0.0)]
         termination_spread: f64,
+        /// Requests in flight at once: every node has a kubelet of its own, so one slow
+        /// answer holds back no other node's pods.
+        #[arg(long, default_value_t = slice_sim::kubelet::DEFAULT_CONCURRENCY)]
+        concurrency: usize,
     },
 }
 
@@ -82,6 +86,7 @@ fn main() -> ExitCode {
             scheduler,
             termination_delay,
             termination_spread,
+            concurrency,
         } => slice_controller::runtime()
             .map_err(anyhow::Error::from)
             .and_then(|rt| {
@@ -91,6 +96,7 @@ fn main() -> ExitCode {
                         scheduler,
                         termination_delay: seconds("--termination-delay", termination_delay)?,
                         termination_spread: seconds("--termination-spread", termination_spread)?,
+                        concurrency,
                         ..Default::default()
                     };
                     commands::fake_kubelet(kubeconfig, pools, options, shutdown).await
