@@ -22,6 +22,8 @@ pub struct GroupPods {
     hosts: u32,
     /// The first host to create: 0, or 1 for the rest of a group whose host 0 exists.
     from: u32,
+    /// Hosts whose pods exist already (a set completed after a restart): not created.
+    present: Vec<u32>,
     /// The name without the host index: a host's pod is named `<stem><host>`.
     stem: Arc<str>,
     per_host: PerHost,
@@ -66,6 +68,7 @@ impl GroupPods {
             first: Arc::new(first),
             hosts,
             from: 0,
+            present: Vec::new(),
             stem,
             per_host,
             followers_affinity: None,
@@ -84,18 +87,24 @@ impl GroupPods {
         self
     }
 
+    /// All but the hosts in `present`, whose pods exist already.
+    pub(super) fn without(mut self, present: impl IntoIterator<Item = u32>) -> GroupPods {
+        self.present = present.into_iter().collect();
+        self
+    }
+
     /// The hosts to create, in order.
-    pub fn hosts(&self) -> std::ops::Range<u32> {
-        self.from..self.hosts
+    pub fn hosts(&self) -> impl Iterator<Item = u32> + '_ {
+        (self.from..self.hosts).filter(|h| !self.present.contains(h))
     }
 
     /// How many pods to create.
     pub fn len(&self) -> usize {
-        self.hosts().len()
+        self.hosts().count()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.hosts().is_empty()
+        self.hosts().next().is_none()
     }
 
     /// The name of host `host`'s pod.

@@ -11,7 +11,7 @@ use super::pods::{capacity_followers, capacity_request};
 use super::sets::{Refill, SpareSet, SpareState};
 use crate::api::validate::ResolvedGroup;
 use crate::api::{CapacityStatus, GroupStatus, TrainCluster};
-use crate::constants::LABEL_TEMPLATE_HASH;
+use crate::constants::{LABEL_HOST_INDEX, LABEL_TEMPLATE_HASH};
 use crate::planner::reason::DeleteReason;
 use crate::planner::render::PinnedSlice;
 use crate::planner::state::Planner;
@@ -115,11 +115,21 @@ impl Planner<'_> {
         self.delete_with_note(group, None, reason, &set.pods, &what);
     }
 
-    /// Host 0 of a request is bound: the rest of the slice's hosts, pinned to its pool.
+    /// Host 0 of a request is bound: the rest of the slice's hosts, pinned to its pool
+    /// (those that exist already are answered 409 and taken as ours by the executor).
     fn complete_request(&mut self, group: &ResolvedGroup<'_>, set: &SpareSet<'_>) {
         let Some(slice) = set.slice.and_then(|id| self.inventory.slice(id)) else {
             return;
         };
+        // Not while creates are refused (quota, a webhook): retried when the hold ends.
+        if let Some(until) = self.create_hold {
+            self.wake_at(until);
+            return;
+        }
+        let present = set
+            .pods
+            .iter()
+            .filter_map(|p| p.label(LABEL_HOST_INDEX)?.parse().ok());
         let pinned = PinnedSlice {
             id: slice.id.clone(),
             single_host: slice.single_host,
@@ -144,7 +154,7 @@ impl Planner<'_> {
             epoch: 0,
             slice: Some(slice.id.clone()),
             spare: true,
-            pods: capacity_followers(self.tc, group, set.index, &pinned),
+            pods: capacity_followers(self.tc, group, set.index, &pinned).without(present),
         });
     }
 
@@ -221,9 +231,14 @@ impl Planner<'_> {
     }
 }
 
-/// A request whose host 0 alone is bound, in a multi-host slice.
+/// A request whose host 0 is bound in a multi-host slice, and some other host's
+/// placeholder is missing (just bound, or its creates cut short by a restart).
 fn needs_followers(set: &SpareSet<'_>, hosts: u32) -> bool {
-    set.state == SpareState::Standing && set.pods.len() == 1 && hosts > 1
+    let has_host_0 = set
+        .pods
+        .iter()
+        .any(|p| p.label(LABEL_HOST_INDEX) == Some("0"));
+    set.state == SpareState::Standing && has_host_0 && set.pods.len() < hosts as usize
 }
 
 /// Requests given up this round for their timeout.

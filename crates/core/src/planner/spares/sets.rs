@@ -182,10 +182,11 @@ fn problem(
     if facts.len() >= judging.hosts as usize {
         return None;
     }
-    // A request's host 0 just bound: the rest of its placeholders are created now.
-    if let [only] = facts
-        && only.pod.label(LABEL_CAPACITY).is_some()
-        && only.host == Some(0)
+    // A request whose host 0 is bound: the rest of its placeholders are created now, or
+    // completed after a restart cut their creates short (its slice stays held).
+    if facts
+        .iter()
+        .any(|f| f.pod.label(LABEL_CAPACITY).is_some() && f.host == Some(0))
     {
         return None;
     }

@@ -287,3 +287,46 @@ fn a_pending_request_of_an_older_template_is_withdrawn_and_asked_again() {
     assert_ne!(asked[0].metadata.uid, before);
     assert_eq!(selector(asked[0])["cloud.google.com/gke-spot"], "true");
 }
+
+/// The operator restarted while creating the rest of a provisioned slice's placeholders:
+/// the set is completed where it stands, and the slice stays held (deleting the half-made
+/// set would hand the new pool back to the autoscaler and ask for another).
+#[test]
+fn a_request_half_completed_before_a_restart_is_completed_not_given_up() {
+    let mut world = asking(Membership::Multislice, 2, 2);
+    world.settle(4);
+    provision(&mut world, "pool-a");
+    world.settle(4);
+    let on_pool_a = |world: &World| {
+        let mut hosts: Vec<String> = requests(world)
+            .into_iter()
+            .filter(|p| {
+                let node = p.spec.as_ref().and_then(|s| s.node_name.as_deref());
+                node.is_some_and(|n| n.starts_with("pool-a-"))
+            })
+            .filter_map(|p| World::label_of(p, LABEL_HOST_INDEX))
+            .collect();
+        hosts.sort();
+        hosts
+    };
+    assert_eq!(on_pool_a(&world), ["0", "1", "2", "3"]);
+    // Hosts 2 and 3 were never created: the restart came first.
+    world.pods.retain(|p| {
+        let host = World::label_of(p, LABEL_HOST_INDEX);
+        World::label_of(p, LABEL_CAPACITY).is_none() || !matches!(host.as_deref(), Some("2" | "3"))
+    });
+    world.now += secs(30);
+    let plan = world.step();
+    assert!(
+        plan.delete.is_empty(),
+        "nothing given up: {:?}",
+        codes(&plan)
+    );
+    let created: Vec<String> = plan.create.iter().flat_map(|c| c.pods.names()).collect();
+    assert_eq!(created, ["demo-workers-spare0-2", "demo-workers-spare0-3"]);
+    world.settle(4);
+    assert_eq!(on_pool_a(&world), ["0", "1", "2", "3"]);
+    let capacity = world.status().groups[0].capacity.clone().unwrap();
+    assert_eq!(capacity.held_slices, ["pool-a"]);
+    assert_eq!(capacity.pending, 1, "still asking for the other slice only");
+}
