@@ -326,6 +326,7 @@ fn references(
                 inventory: &inventory,
                 reserved: &reserved,
                 conflicts: &[],
+                requests: &[],
                 now: jiff::Timestamp::now(),
             }))
         })

@@ -194,6 +194,7 @@ fn plan_locked(
         inventory: &inventory,
         reserved: &reserved,
         conflicts: &conflicts,
+        requests: &[],
         now: jiff::Timestamp::now(),
     });
     ctx.ledger.planned(uid, &plan, relists);

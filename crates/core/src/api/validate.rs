@@ -223,11 +223,27 @@ pub fn resolve(tc: &TrainCluster) -> Result<Vec<ResolvedGroup<'_>>, Vec<FieldErr
             message: "Head needs spec.head (the head pod whose exit 0 ends the run); add a head or use AllWorkers".into(),
         });
     }
+    errors.extend(queued_without_class(spec));
     if errors.is_empty() {
         Ok(groups)
     } else {
         Err(errors)
     }
+}
+
+/// `spec.provisioning.mode: Queued` names the ProvisioningRequest class (CEL says so too;
+/// this catches a CRD installed without its rules).
+fn queued_without_class(spec: &super::TrainClusterSpec) -> Option<FieldError> {
+    let provisioning = spec.provisioning.as_ref()?;
+    let queued = provisioning.mode == super::ProvisioningMode::Queued;
+    let named = provisioning
+        .class_name
+        .as_deref()
+        .is_some_and(|c| !c.is_empty());
+    (queued && !named).then(|| FieldError {
+        field: "spec.provisioning.className".into(),
+        message: "is required with mode Queued: name the ProvisioningRequest class, e.g. queued-provisioning.gke.io".into(),
+    })
 }
 
 /// The fields by which a worker template would take from the operator where its pods run,

@@ -60,6 +60,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
             Plan::empty(service),
             input.now,
         )
+        .with_requests(input.requests)
         .run(&groups, &owned),
     }
 }
@@ -127,6 +128,7 @@ pub(super) fn start<'a>(
         tc,
         previous,
         inventory,
+        requests: &[],
         now,
         claimed: reserved,
         plan,

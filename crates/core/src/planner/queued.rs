@@ -1,0 +1,325 @@
+//! Queued provisioning (`spec.provisioning.mode: Queued`): missing slices are asked for by
+//! ProvisioningRequests, all or nothing. A Multislice group makes one request per epoch for
+//! every slice it misses, and its workers start once it is `Provisioned` (gang start:
+//! `place::create_replicas` then finds every slice free); independent replicas make one per
+//! slice. Workers created while a request is provisioned consume it (the autoscaler's
+//! annotations, our `slices.dev/provisioning-request` label). A request that fails, expires
+//! unused, is revoked or times out is deleted and made again a minute later, never charged;
+//! replicas running on revoked capacity are replaced, uncharged. Everything the planner
+//! needs after a restart is in the request objects and `groups[].queued`.
+
+mod objects;
+mod verdict;
+
+use std::collections::BTreeMap;
+
+use jiff::SignedDuration;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use self::objects::{Asked, request_name, request_objects};
+use self::verdict::{Verdict, Viewing, judge};
+use super::observe::PodFacts;
+use super::reason::DeleteReason;
+use super::state::Planner;
+use super::types::{EventType, RequestCreate, RequestDelete};
+use crate::api::validate::ResolvedGroup;
+use crate::api::{GroupStatus, Membership, QueuedStatus};
+use crate::autoscaling::LeanRequest;
+use crate::constants::LABEL_PROVISIONING_REQUEST;
+use crate::lean::LeanPod;
+
+/// After a request was given up, the next is made this much later.
+const RETRY_AFTER_PROBLEM: SignedDuration = SignedDuration::from_secs(60);
+
+/// What the group's requests allow its workers this round.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct Gate {
+    /// Workers may be created: false while a Multislice group that runs nothing waits for
+    /// its request.
+    pub closed: bool,
+    /// Provisioned requests the workers created now consume, unconsumed ones first.
+    pub consume: Vec<String>,
+    pub class: String,
+}
+
+/// What the group is, as its requests are kept at what it wants.
+pub(super) struct Asking<'p, 'a> {
+    /// Slices the group can use now.
+    pub usable: usize,
+    /// Suspended, failed or finished: it asks for nothing.
+    pub stopped: bool,
+    /// Some replica of the group runs (is kept).
+    pub running: bool,
+    pub pods: &'p [PodFacts<'a>],
+}
+
+impl Planner<'_> {
+    /// Keep the group's requests at what it wants; returns what its workers may do now.
+    /// Records `groups[].queued`.
+    pub(super) fn queue_requests(
+        &mut self,
+        group: &ResolvedGroup<'_>,
+        memory: &mut GroupStatus,
+        asking: &Asking<'_, '_>,
+    ) -> Gate {
+        let provisioning = self.tc.spec.provisioning.as_ref();
+        let (Some(class), Some(_)) = (provisioning.and_then(|p| p.queued_class()), &group.shape)
+        else {
+            memory.queued = None;
+            return Gate::default();
+        };
+        let class = class.to_string();
+        let timeout = provisioning.map_or(0, |p| p.timeout_seconds);
+        let mut status = memory.queued.take().unwrap_or_default();
+        let multislice = self.tc.spec.membership == Membership::Multislice;
+        let consumers = consumers(asking.pods);
+        let want = match asking.stopped {
+            true => 0,
+            false => (group.spec.slices.max as usize).saturating_sub(asking.usable) as u32,
+        };
+        let mut pending: Vec<&LeanRequest> = Vec::new();
+        let mut provisioned: Vec<&LeanRequest> = Vec::new();
+        let name = group.name();
+        let mine = self
+            .requests
+            .iter()
+            .filter(|r| r.group.as_deref() == Some(name));
+        for request in mine.filter(|r| !r.deleting) {
+            let viewing = Viewing {
+                template_hash: &memory.template_hash,
+                epoch: multislice.then_some(memory.epoch),
+                want,
+                timeout: SignedDuration::from_secs(i64::from(timeout)),
+                now: self.now,
+                consumed: consumers.contains_key(request.name.as_str()),
+            };
+            match judge(request, &viewing) {
+                Verdict::Pending => pending.push(request),
+                Verdict::Provisioned => provisioned.push(request),
+                Verdict::Withdraw(why) => self.withdraw_request(name, request, &why),
+                Verdict::GiveUp(problem, why) => {
+                    let why = format!("request {}: {why}", request.name);
+                    self.withdraw_request(name, request, &why);
+                    let replaced = match problem {
+                        verdict::Problem::Revoked => {
+                            self.replace_consumers(name, request, &consumers)
+                        }
+                        _ => 0,
+                    };
+                    self.emit(
+                        EventType::Warning,
+                        problem.code(),
+                        format!(
+                            "group {name}: {why}; deleted, a new request follows (not charged){}",
+                            match replaced {
+                                0 => String::new(),
+                                n => format!("; {n} replicas on its capacity are replaced"),
+                            }
+                        ),
+                    );
+                    problem.count(&mut status);
+                    status.last_problem = Some(format!("{}: {why}", problem.code()));
+                    let retry = self.now.checked_add(RETRY_AFTER_PROBLEM).ok();
+                    status.retry_at = retry.map(Time);
+                }
+            }
+        }
+        // Slices already asked for: pending ones, and provisioned capacity no worker uses
+        // yet (its nodes may not be Ready, or counted, yet).
+        let unconsumed = |r: &&&LeanRequest| !consumers.contains_key(r.name.as_str());
+        let covered: u32 = pending.iter().map(|r| r.slices).sum::<u32>()
+            + provisioned
+                .iter()
+                .filter(unconsumed)
+                .map(|r| r.slices)
+                .sum::<u32>();
+        let need = want.saturating_sub(covered);
+        let made = match need {
+            0 => Vec::new(),
+            _ => self.ask(
+                group,
+                memory,
+                &mut status,
+                &class,
+                need,
+                !pending.is_empty(),
+            ),
+        };
+        let mut consume: Vec<&LeanRequest> = provisioned.clone();
+        consume.sort_by_key(|r| (consumers.contains_key(r.name.as_str()), r.name.clone()));
+        let waiting = !pending.is_empty() || !made.is_empty();
+        self.wake_for_requests(&pending, !made.is_empty(), timeout);
+        record(&mut status, want, &pending, &provisioned, &made, self.now);
+        memory.queued = (status.made > 0 || want > 0).then_some(status);
+        Gate {
+            closed: multislice && waiting && !asking.running,
+            consume: consume.iter().map(|r| r.name.clone()).collect(),
+            class,
+        }
+    }
+
+    /// Make the requests for `need` slices: one for them all (Multislice, unless one of
+    /// this epoch is pending already), or one per slice. Not while the last one given up is
+    /// recent, nor while creates are refused.
+    fn ask(
+        &mut self,
+        group: &ResolvedGroup<'_>,
+        memory: &GroupStatus,
+        status: &mut QueuedStatus,
+        class: &str,
+        need: u32,
+        pending: bool,
+    ) -> Vec<String> {
+        let multislice = self.tc.spec.membership == Membership::Multislice;
+        if multislice && pending {
+            return Vec::new();
+        }
+        let retry_at = status.retry_at.as_ref().map(|t| t.0);
+        if let Some(until) = retry_at.filter(|t| *t > self.now).or(self.create_hold) {
+            self.wake_at(until);
+            return Vec::new();
+        }
+        status.retry_at = None;
+        let (count, slices) = match multislice {
+            true => (1, need),
+            false => (need, 1),
+        };
+        let mut made = Vec::new();
+        for i in 0..count {
+            let name = request_name(self.tc, group.name(), status.made);
+            status.made += 1;
+            let asked = Asked {
+                name: name.clone(),
+                class,
+                slices,
+                epoch: multislice.then_some(memory.epoch),
+                replica: (!multislice).then_some(i),
+                template_hash: &memory.template_hash,
+            };
+            let (template, request) = request_objects(self.tc, group, &asked);
+            self.plan.requests.create.push(RequestCreate {
+                group: group.name().to_string(),
+                template,
+                request,
+            });
+            made.push(name);
+        }
+        self.emit(
+            EventType::Normal,
+            "ProvisioningRequested",
+            format!(
+                "group {}: asking for {need} slices ({} hosts each) by ProvisioningRequest {} of class {class}",
+                group.name(),
+                group.hosts,
+                made.join(", ")
+            ),
+        );
+        made
+    }
+
+    fn withdraw_request(&mut self, group: &str, request: &LeanRequest, why: &str) {
+        self.plan.requests.delete.push(RequestDelete {
+            group: group.to_string(),
+            name: request.name.clone(),
+            uid: request.uid.clone(),
+        });
+        if !why.starts_with("request ") {
+            self.emit(
+                EventType::Normal,
+                "ProvisioningWithdrawn",
+                format!("group {group}: withdrawing request {}: {why}", request.name),
+            );
+        }
+    }
+
+    /// The replicas running on a revoked request's capacity go, whole and uncharged.
+    fn replace_consumers(
+        &mut self,
+        group: &str,
+        request: &LeanRequest,
+        consumers: &BTreeMap<&str, BTreeMap<u32, Vec<&LeanPod>>>,
+    ) -> usize {
+        let Some(replicas) = consumers.get(request.name.as_str()) else {
+            return 0;
+        };
+        for (replica, pods) in replicas {
+            let reason = DeleteReason::CapacityRevoked {
+                request: request.name.clone(),
+            };
+            self.delete_whole(group, Some(*replica), reason, pods);
+        }
+        replicas.len()
+    }
+
+    /// Look again when a pending request (or one made now) times out.
+    fn wake_for_requests(&mut self, pending: &[&LeanRequest], made: bool, timeout: u32) {
+        let timeout = SignedDuration::from_secs(i64::from(timeout));
+        let created = pending.iter().filter_map(|r| r.created);
+        let made = made.then_some(self.now);
+        let deadlines = created
+            .chain(made)
+            .filter_map(|t| t.checked_add(timeout).ok());
+        if let Some(first) = deadlines.min() {
+            self.wake_at(first);
+        }
+    }
+
+    /// Workers created in this plan from `first_create` on consume the provisioned
+    /// requests: a Multislice job all the first, independent replicas one each.
+    pub(super) fn consume_requests(&mut self, group: &str, first_create: usize, gate: &Gate) {
+        if gate.consume.is_empty() {
+            return;
+        }
+        let multislice = self.tc.spec.membership == Membership::Multislice;
+        let creates = self.plan.create[first_create..]
+            .iter_mut()
+            .filter(|c| !c.spare && c.group == group);
+        for (i, create) in creates.enumerate() {
+            let request = match multislice {
+                true => gate.consume.first(),
+                false => gate.consume.get(i),
+            };
+            if let Some(request) = request {
+                create.pods = create.pods.clone().consuming(request, &gate.class);
+            }
+        }
+    }
+}
+
+/// The group's pods by the request they consume, then by replica.
+fn consumers<'a>(pods: &[PodFacts<'a>]) -> BTreeMap<&'a str, BTreeMap<u32, Vec<&'a LeanPod>>> {
+    let mut by: BTreeMap<&'a str, BTreeMap<u32, Vec<&'a LeanPod>>> = BTreeMap::new();
+    for facts in pods {
+        if let (Some(request), Some(replica)) =
+            (facts.pod.label(LABEL_PROVISIONING_REQUEST), facts.replica)
+        {
+            by.entry(request)
+                .or_default()
+                .entry(replica)
+                .or_default()
+                .push(facts.pod);
+        }
+    }
+    by
+}
+
+fn record(
+    status: &mut QueuedStatus,
+    want: u32,
+    pending: &[&LeanRequest],
+    provisioned: &[&LeanRequest],
+    made: &[String],
+    now: jiff::Timestamp,
+) {
+    status.wanted = want;
+    let names =
+        |rs: &[&LeanRequest]| -> Vec<String> { rs.iter().map(|r| r.name.clone()).collect() };
+    status.pending = names(pending);
+    status.pending.extend(made.iter().cloned());
+    status.pending.sort();
+    status.provisioned = names(provisioned);
+    status.provisioned.sort();
+    let oldest = pending.iter().filter_map(|r| r.created).min();
+    let since = oldest.or((!made.is_empty()).then_some(now));
+    status.waiting_since = since.map(Time);
+}
