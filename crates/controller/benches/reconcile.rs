@@ -326,7 +326,7 @@ fn references(
                 inventory: &inventory,
                 reserved: &reserved,
                 conflicts: &[],
-                requests: &[],
+                requests: Some(&[]),
                 now: jiff::Timestamp::now(),
             }))
         })

@@ -48,7 +48,7 @@ fn bench(c: &mut Criterion) {
                     inventory: &inventory,
                     reserved: &Default::default(),
                     conflicts: &[],
-                    requests: &[],
+                    requests: Some(&[]),
                     now: world.now,
                 }))
             })
@@ -67,7 +67,7 @@ fn bench(c: &mut Criterion) {
                     inventory: &inventory,
                     reserved: &Default::default(),
                     conflicts: &[],
-                    requests: &[],
+                    requests: Some(&[]),
                     now: failed.now,
                 }))
             })
@@ -120,7 +120,7 @@ fn bench(c: &mut Criterion) {
                         inventory: &inventory,
                         reserved: &Default::default(),
                         conflicts: &[],
-                        requests: &[],
+                        requests: Some(&[]),
                         now: replaced.now,
                     }))
                 })

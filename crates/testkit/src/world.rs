@@ -94,7 +94,7 @@ impl World {
             inventory: &inventory,
             reserved: &Default::default(),
             conflicts: &[],
-            requests: &super::requests::lean(&self.requests),
+            requests: Some(&super::requests::lean(&self.requests)),
             now: self.now,
         })
     }

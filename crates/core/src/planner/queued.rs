@@ -28,6 +28,25 @@ use crate::autoscaling::LeanRequest;
 use crate::constants::LABEL_PROVISIONING_REQUEST;
 use crate::lean::LeanPod;
 
+/// A cluster without the ProvisioningRequest API cannot queue: the reason and message of
+/// its `SpecValid` condition.
+pub(super) const API_MISSING: (&str, &str) = (
+    "ProvisioningRequestsUnavailable",
+    "spec.provisioning.mode Queued needs the ProvisioningRequest API (autoscaling.x-k8s.io/v1), \
+     which this cluster does not serve: enable the cluster autoscaler's ProvisioningRequest \
+     support (on GKE, a cluster version with queued provisioning), or use mode Autoscale",
+);
+
+/// The cluster asks for missing slices by ProvisioningRequests.
+pub(super) fn asks_for_requests(tc: &crate::api::TrainCluster) -> bool {
+    let provisioning = tc.spec.provisioning.as_ref();
+    provisioning.is_some_and(|p| p.mode == crate::api::ProvisioningMode::Queued)
+}
+
+/// Requests are listed, not watched: while the group has one, it is looked at again this
+/// often (a condition set, capacity revoked).
+const REQUEST_POLL: SignedDuration = SignedDuration::from_secs(15);
+
 /// After a request was given up, the next is made this much later.
 const RETRY_AFTER_PROBLEM: SignedDuration = SignedDuration::from_secs(60);
 
@@ -149,6 +168,9 @@ impl Planner<'_> {
         consume.sort_by_key(|r| (consumers.contains_key(r.name.as_str()), r.name.clone()));
         let waiting = !pending.is_empty() || !made.is_empty();
         self.wake_for_requests(&pending, !made.is_empty(), timeout);
+        if !pending.is_empty() || !provisioned.is_empty() || !made.is_empty() {
+            self.wake_at(self.now + REQUEST_POLL);
+        }
         record(&mut status, want, &pending, &provisioned, &made, self.now);
         memory.queued = (status.made > 0 || want > 0).then_some(status);
         Gate {

@@ -28,8 +28,9 @@ pub struct PlanInput<'a> {
     /// Names this cluster needs that others hold (pod names of a TrainCluster created
     /// first, a Service it does not own): it creates nothing until they are free.
     pub conflicts: &'a [FieldError],
-    /// This cluster's ProvisioningRequests (`spec.provisioning.mode: Queued`), lean.
-    pub requests: &'a [LeanRequest],
+    /// This cluster's ProvisioningRequests (`spec.provisioning.mode: Queued`), lean; `None`
+    /// when the cluster serves no ProvisioningRequest API.
+    pub requests: Option<&'a [LeanRequest]>,
     pub now: Timestamp,
 }
 

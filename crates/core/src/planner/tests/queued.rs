@@ -375,3 +375,29 @@ fn autoscale_mode_makes_no_request_and_queued_mode_no_placeholder() {
     assert!(autoscaled.requests.is_empty());
     assert!(autoscaled.status().groups[0].queued.is_none());
 }
+
+#[test]
+fn without_the_provisioning_request_api_the_status_says_so_and_nothing_is_deleted() {
+    let mut world = running_on_a_request();
+    let (nodes, pods) = world.observed();
+    let inventory = Inventory::build(&nodes, &pods);
+    let plan = plan(&PlanInput {
+        cluster: &world.cluster,
+        pods: &pods,
+        inventory: &inventory,
+        reserved: &Default::default(),
+        conflicts: &[],
+        requests: None,
+        now: world.now,
+    });
+    assert!(plan.is_noop(), "running groups keep running");
+    assert_eq!(plan.status.phase, Phase::Invalid);
+    let valid = condition(&plan.status, CONDITION_VALID);
+    assert_eq!(valid.reason, "ProvisioningRequestsUnavailable");
+    assert!(
+        valid.message.contains("autoscaling.x-k8s.io/v1")
+            && valid.message.contains("mode Autoscale")
+    );
+    world.apply(&plan);
+    assert_eq!(live_workers(&world).len(), 8);
+}
