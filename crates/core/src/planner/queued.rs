@@ -4,7 +4,8 @@
 //! `place::create_replicas` then finds every slice free); independent replicas make one per
 //! slice. Workers created while a request is provisioned consume it (the autoscaler's
 //! annotations, our `slices.dev/provisioning-request` label). A request that fails, expires
-//! unused, is revoked or times out is deleted and made again a minute later, never charged;
+//! unused, is revoked or times out is deleted and made again after a wait (`Problem::retry_after`),
+//! never charged;
 //! replicas running on revoked capacity are replaced, uncharged. Everything the planner
 //! needs after a restart is in the request objects and `groups[].queued`.
 
@@ -46,9 +47,6 @@ pub(super) fn asks_for_requests(tc: &crate::api::TrainCluster) -> bool {
 /// Requests are listed, not watched: while the group has one, it is looked at again this
 /// often (a condition set, capacity revoked).
 const REQUEST_POLL: SignedDuration = SignedDuration::from_secs(15);
-
-/// After a request was given up, the next is made this much later.
-const RETRY_AFTER_PROBLEM: SignedDuration = SignedDuration::from_secs(60);
 
 /// What the group's requests allow its workers this round.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -138,7 +136,7 @@ impl Planner<'_> {
                     );
                     problem.count(&mut status);
                     status.last_problem = Some(format!("{}: {why}", problem.code()));
-                    let retry = self.now.checked_add(RETRY_AFTER_PROBLEM).ok();
+                    let retry = self.now.checked_add(problem.retry_after()).ok();
                     status.retry_at = retry.map(Time);
                 }
             }

@@ -15,7 +15,7 @@ use super::harness::{Env, RUN_LABEL, label};
 
 /// Pools of this run that start at zero, provisioned `delays` seconds after a pending pod
 /// asks.
-fn pools_at_zero(env: &Env, delays: &[f64]) -> Vec<NodePoolSpec> {
+pub(super) fn pools_at_zero(env: &Env, delays: &[f64]) -> Vec<NodePoolSpec> {
     delays
         .iter()
         .enumerate()

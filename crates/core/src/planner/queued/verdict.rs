@@ -26,6 +26,15 @@ impl Problem {
         }
     }
 
+    /// How long after it the next request is made: a minute after capacity was not found
+    /// (asking again at once finds none either), soon after capacity that was there went.
+    pub(crate) fn retry_after(self) -> SignedDuration {
+        match self {
+            Problem::Failed | Problem::Timeout => SignedDuration::from_secs(60),
+            Problem::Expired | Problem::Revoked => SignedDuration::from_secs(10),
+        }
+    }
+
     pub(crate) fn count(self, status: &mut QueuedStatus) {
         let counter = match self {
             Problem::Failed => &mut status.failed,

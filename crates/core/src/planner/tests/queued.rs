@@ -284,7 +284,9 @@ fn revoked_capacity_replaces_the_job_uncharged_and_asks_again() {
     // The nodes go with the capacity; a new request follows, and the job starts again.
     world.remove_pool("pool-a");
     world.remove_pool("pool-b");
-    world.now += secs(61);
+    world.now += secs(9);
+    assert!(world.step().requests.create.is_empty(), "ten seconds later");
+    world.now += secs(1);
     world.settle(5);
     assert_eq!(names(&world), ["demo-workers-pr1"]);
     provision(&mut world, "demo-workers-pr1", &["pool-c", "pool-d"]);
