@@ -134,3 +134,33 @@ async fn a_queued_job_starts_once_provisioned_and_revoked_capacity_is_replaced_u
     provisioner.stop().await;
     env.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_provisioning_request_api_a_queued_cluster_is_told_so() {
+    let env = env_with("queued-no-api", 1).await;
+    let mut tc = env.train_cluster("no-api", Membership::Multislice, 1, 1);
+    tc.spec.provisioning = Some(Provisioning {
+        mode: ProvisioningMode::Queued,
+        class_name: Some(CLASS.into()),
+        timeout_seconds: 600,
+    });
+    env.create(&tc).await;
+    let tc = env.wait_phase("no-api", Phase::Invalid).await;
+    let status = tc.status.unwrap();
+    let valid = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == slice_core::api::CONDITION_VALID)
+        .expect("SpecValid");
+    assert_eq!(valid.reason, "ProvisioningRequestsUnavailable");
+    assert!(
+        valid.message.contains("mode Autoscale"),
+        "{}",
+        valid.message
+    );
+    // Others are not held up: a cluster without spec.provisioning on the same operator runs.
+    let plain = env.train_cluster("plain", Membership::Multislice, 1, 1);
+    env.create(&plain).await;
+    env.wait_running("plain", 1, 4).await;
+    env.stop().await;
+}
