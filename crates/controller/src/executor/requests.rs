@@ -6,7 +6,7 @@
 use k8s_openapi::api::core::v1::PodTemplate;
 use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 use kube::{Client, ResourceExt};
-use slice_core::api::{ProvisioningMode, TrainCluster};
+use slice_core::api::TrainCluster;
 use slice_core::autoscaling::{LeanRequest, ProvisioningRequest};
 use slice_core::constants::{FIELD_MANAGER, LABEL_CLUSTER};
 use slice_core::planner::{RequestActions, RequestDelete};
@@ -18,8 +18,7 @@ use crate::error::Result;
 /// The cluster's requests as the planner reads them: none to read outside mode Queued;
 /// `None` when the cluster serves no ProvisioningRequest API (404).
 pub async fn observe(client: &Client, tc: &TrainCluster) -> Result<Option<Vec<LeanRequest>>> {
-    let queued = tc.spec.provisioning.as_ref().map(|p| p.mode);
-    if queued != Some(ProvisioningMode::Queued) {
+    if !tc.spec.queues() {
         return Ok(Some(Vec::new()));
     }
     let namespace = tc.namespace().unwrap_or_default();

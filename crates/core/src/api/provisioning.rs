@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 /// or one node auto-provisioning would create, is never asked for.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("self.mode != 'Queued' || (has(self.className) && size(self.className) > 0)").message("spec.provisioning.className is required with mode Queued: name the ProvisioningRequest class, e.g. queued-provisioning.gke.io (GKE DWS flex-start) or best-effort-atomic-scale-up.autoscaling.x-k8s.io").field_path(".className"))]
-#[x_kube(validation = Rule::new("self.mode == 'Queued' || !has(self.className)").message("spec.provisioning.className is only read with mode Queued: remove it, or set mode Queued").field_path(".className"))]
+#[x_kube(validation = Rule::new("self.mode != 'Queued' || (has(self.className) && size(self.className) > 0)").message("provisioning.className is required with mode Queued: name the ProvisioningRequest class, e.g. queued-provisioning.gke.io (GKE DWS flex-start) or best-effort-atomic-scale-up.autoscaling.x-k8s.io").field_path(".className"))]
+#[x_kube(validation = Rule::new("self.mode == 'Queued' || !has(self.className)").message("provisioning.className is only read with mode Queued: remove it, or set mode Queued").field_path(".className"))]
 pub struct Provisioning {
     /// How missing slices are asked for.
     pub mode: ProvisioningMode,

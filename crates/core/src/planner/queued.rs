@@ -40,8 +40,7 @@ pub(super) const API_MISSING: (&str, &str) = (
 
 /// The cluster asks for missing slices by ProvisioningRequests.
 pub(super) fn asks_for_requests(tc: &crate::api::TrainCluster) -> bool {
-    let provisioning = tc.spec.provisioning.as_ref();
-    provisioning.is_some_and(|p| p.mode == crate::api::ProvisioningMode::Queued)
+    tc.spec.queues()
 }
 
 /// Requests are listed, not watched: while the group has one, it is looked at again this
@@ -79,7 +78,7 @@ impl Planner<'_> {
         memory: &mut GroupStatus,
         asking: &Asking<'_, '_>,
     ) -> Gate {
-        let provisioning = self.tc.spec.provisioning.as_ref();
+        let provisioning = self.tc.spec.provisioning_of(group.spec);
         let (Some(class), Some(_)) = (provisioning.and_then(|p| p.queued_class()), &group.shape)
         else {
             memory.queued = None;

@@ -29,7 +29,7 @@ pub(crate) fn wanted(
     usable_otherwise: usize,
     stopped: bool,
 ) -> u32 {
-    match (autoscaled(tc), &group.shape, stopped) {
+    match (autoscaled(tc, group), &group.shape, stopped) {
         (true, Some(_), false) => {
             let usable = u32::try_from(usable_otherwise).unwrap_or(u32::MAX);
             group.spec.slices.max.saturating_sub(usable)
@@ -39,10 +39,9 @@ pub(crate) fn wanted(
 }
 
 /// Missing slices are asked for by placeholder pods (`mode: Autoscale`).
-fn autoscaled(tc: &TrainCluster) -> bool {
+fn autoscaled(tc: &TrainCluster, group: &ResolvedGroup<'_>) -> bool {
     tc.spec
-        .provisioning
-        .as_ref()
+        .provisioning_of(group.spec)
         .is_some_and(|p| p.mode == crate::api::ProvisioningMode::Autoscale)
 }
 
@@ -114,7 +113,7 @@ impl Planner<'_> {
         };
         record(&mut status, &live, want, made, self.now);
         let asked = status.wanted > 0 || status.timeouts > 0 || !live.is_empty();
-        memory.capacity = (autoscaled(self.tc) && asked).then_some(status);
+        memory.capacity = (autoscaled(self.tc, group) && asked).then_some(status);
     }
 
     fn withdraw(&mut self, group: &str, set: &SpareSet<'_>, why: String) {

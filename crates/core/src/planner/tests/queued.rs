@@ -403,3 +403,26 @@ fn without_the_provisioning_request_api_the_status_says_so_and_nothing_is_delete
     world.apply(&plan);
     assert_eq!(live_workers(&world).len(), 8);
 }
+
+#[test]
+fn a_group_s_own_provisioning_takes_the_place_of_the_cluster_s() {
+    let mut tc = train_cluster(Membership::Multislice, 2, 2);
+    tc.spec.provisioning = Some(Provisioning {
+        mode: ProvisioningMode::Autoscale,
+        class_name: None,
+        timeout_seconds: 600,
+    });
+    tc.spec.worker_groups[0].provisioning = Some(Provisioning {
+        mode: ProvisioningMode::Queued,
+        class_name: Some(CLASS.into()),
+        timeout_seconds: 120,
+    });
+    let mut world = World::new(tc, Vec::new());
+    world.settle(3);
+    assert!(world.pods.is_empty(), "no placeholders: the group queues");
+    assert_eq!(names(&world), ["demo-workers-pr0"]);
+    // The group's own timeout.
+    world.now += secs(120);
+    let plan = world.step();
+    assert!(event_reasons(&plan).contains(&"ProvisioningTimeout"));
+}
