@@ -128,6 +128,7 @@ impl<'a> Planner<'a> {
             usable: usable.len(),
             stopped: failed || finishing || (sizing.stop.is_some() && !sizing.waiting()),
             running: !kept.is_empty(),
+            occupied: observed.keys().copied().collect(),
             pods: &pods,
         };
         let gate = self.queue_requests(group, &mut memory, &asking);

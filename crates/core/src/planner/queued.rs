@@ -12,7 +12,7 @@
 mod objects;
 mod verdict;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::SignedDuration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -53,8 +53,9 @@ pub(super) struct Gate {
     /// Workers may be created: false while a Multislice group that runs nothing waits for
     /// its request.
     pub closed: bool,
-    /// Provisioned requests the workers created now consume, unconsumed ones first.
-    pub consume: Vec<String>,
+    /// Provisioned requests the workers created now consume (the replica each is for, if
+    /// any, and its name), unconsumed ones first.
+    pub consume: Vec<(Option<u32>, String)>,
     pub class: String,
 }
 
@@ -66,6 +67,8 @@ pub(super) struct Asking<'p, 'a> {
     pub stopped: bool,
     /// Some replica of the group runs (is kept).
     pub running: bool,
+    /// Replica indexes whose pods exist.
+    pub occupied: BTreeSet<u32>,
     pub pods: &'p [PodFacts<'a>],
 }
 
@@ -150,16 +153,25 @@ impl Planner<'_> {
                 .map(|r| r.slices)
                 .sum::<u32>();
         let need = want.saturating_sub(covered);
+        // Independent replicas: each request is for a replica index no pod nor request
+        // has (a consumed request's replica is the one its pods occupy).
+        let spoken_for: BTreeSet<u32> = pending
+            .iter()
+            .chain(provisioned.iter().filter(unconsumed))
+            .filter_map(|r| r.replica)
+            .chain(asking.occupied.iter().copied())
+            .collect();
+        let asked = Need {
+            slices: need,
+            pending: !pending.is_empty(),
+            replicas: (0..)
+                .filter(|r| !spoken_for.contains(r))
+                .take(need as usize)
+                .collect(),
+        };
         let made = match need {
             0 => Vec::new(),
-            _ => self.ask(
-                group,
-                memory,
-                &mut status,
-                &class,
-                need,
-                !pending.is_empty(),
-            ),
+            _ => self.ask(group, memory, &mut status, &class, &asked),
         };
         let mut consume: Vec<&LeanRequest> = provisioned.clone();
         consume.sort_by_key(|r| (consumers.contains_key(r.name.as_str()), r.name.clone()));
@@ -172,7 +184,10 @@ impl Planner<'_> {
         memory.queued = (status.made > 0 || want > 0).then_some(status);
         Gate {
             closed: multislice && waiting && !asking.running,
-            consume: consume.iter().map(|r| r.name.clone()).collect(),
+            consume: consume
+                .iter()
+                .map(|r| (r.replica, r.name.clone()))
+                .collect(),
             class,
         }
     }
@@ -186,11 +201,11 @@ impl Planner<'_> {
         memory: &GroupStatus,
         status: &mut QueuedStatus,
         class: &str,
-        need: u32,
-        pending: bool,
+        asked: &Need,
     ) -> Vec<String> {
         let multislice = self.tc.spec.membership == Membership::Multislice;
-        if multislice && pending {
+        let need = asked.slices;
+        if multislice && asked.pending {
             return Vec::new();
         }
         let retry_at = status.retry_at.as_ref().map(|t| t.0);
@@ -199,12 +214,12 @@ impl Planner<'_> {
             return Vec::new();
         }
         status.retry_at = None;
-        let (count, slices) = match multislice {
-            true => (1, need),
-            false => (need, 1),
+        let (replicas, slices): (Vec<Option<u32>>, u32) = match multislice {
+            true => (vec![None], need),
+            false => (asked.replicas.iter().copied().map(Some).collect(), 1),
         };
         let mut made = Vec::new();
-        for i in 0..count {
+        for replica in replicas {
             let name = request_name(self.tc, group.name(), status.made);
             status.made += 1;
             let asked = Asked {
@@ -212,7 +227,7 @@ impl Planner<'_> {
                 class,
                 slices,
                 epoch: multislice.then_some(memory.epoch),
-                replica: (!multislice).then_some(i),
+                replica,
                 template_hash: &memory.template_hash,
             };
             let (template, request) = request_objects(self.tc, group, &asked);
@@ -290,19 +305,33 @@ impl Planner<'_> {
             return;
         }
         let multislice = self.tc.spec.membership == Membership::Multislice;
+        let mut left: Vec<&(Option<u32>, String)> = gate.consume.iter().collect();
         let creates = self.plan.create[first_create..]
             .iter_mut()
             .filter(|c| !c.spare && c.group == group);
-        for (i, create) in creates.enumerate() {
+        for create in creates {
             let request = match multislice {
-                true => gate.consume.first(),
-                false => gate.consume.get(i),
+                true => left.first().copied(),
+                // The request made for this replica, else any left.
+                false => {
+                    let own = left.iter().position(|(r, _)| *r == Some(create.replica));
+                    own.or((!left.is_empty()).then_some(0))
+                        .map(|i| left.remove(i))
+                }
             };
-            if let Some(request) = request {
+            if let Some((_, request)) = request {
                 create.pods = create.pods.clone().consuming(request, &gate.class);
             }
         }
     }
+}
+
+/// What is asked for: `slices`, while a request is `pending` or not, and the replica
+/// indexes independent replicas' requests are for.
+struct Need {
+    slices: u32,
+    pending: bool,
+    replicas: Vec<u32>,
 }
 
 /// The group's pods by the request they consume, then by replica.

@@ -187,6 +187,35 @@ fn independent_replicas_make_one_request_per_slice() {
     assert_eq!(world.pods.len(), 4, "the one replica whose slice is there");
     assert_eq!(consumed, BTreeSet::from(["demo-workers-pr1".to_string()]));
     assert_eq!(queued_status(&world).pending, ["demo-workers-pr0"]);
+    // Replica 0 runs on pr1's capacity; the request still pending is for another index.
+    let replicas: BTreeSet<String> = world
+        .pods
+        .iter()
+        .filter_map(|p| World::label_of(p, LABEL_REPLICA_INDEX))
+        .collect();
+    assert_eq!(replicas, BTreeSet::from(["0".to_string()]));
+    // pr0 fails: the request replacing it is for replica 1, the index no pod has.
+    set_condition(
+        &mut world.requests,
+        "demo-workers-pr0",
+        FAILED,
+        "NoCapacity",
+        world.now,
+    );
+    world.step();
+    world.now += secs(60);
+    let plan = world.step();
+    let labels = plan.requests.create[0]
+        .request
+        .metadata
+        .labels
+        .clone()
+        .unwrap();
+    assert_eq!(
+        plan.requests.create[0].request.metadata.name.as_deref(),
+        Some("demo-workers-pr2")
+    );
+    assert_eq!(labels[LABEL_REPLICA_INDEX], "1");
 }
 
 #[test]
