@@ -34,6 +34,14 @@ pub const SIM_CLASSES: &[&str] = &[
 
 const TICK: Duration = Duration::from_millis(250);
 
+/// The emulator serves ProvisioningRequests (the CRD of our own types), as GKE does.
+pub fn serve_provisioning_requests(emulator: &slice_emulator::Emulator) -> Result<(), SimError> {
+    use kube::CustomResourceExt;
+    emulator
+        .install_crd(&ProvisioningRequest::crd())
+        .map_err(|e| SimError::Invalid(format!("installing the ProvisioningRequest CRD: {e}")))
+}
+
 /// The provisioner running in the background.
 pub struct QueuedProvisioner {
     task: tokio::task::JoinHandle<()>,

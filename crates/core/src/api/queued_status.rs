@@ -22,6 +22,11 @@ pub struct QueuedStatus {
     /// Requests whose capacity is there (`Provisioned`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub provisioned: Vec<String>,
+    /// Provisioned requests whose capacity the workers took (now or before): what they
+    /// asked for is not asked for again while they stand, nor is a lost slice of theirs
+    /// counted as covered.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub used: Vec<String>,
     /// Requests made so far: the next one's name ends with this number.
     #[serde(default)]
     pub made: u64,

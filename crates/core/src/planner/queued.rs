@@ -92,6 +92,11 @@ impl Planner<'_> {
         let mut status = memory.queued.take().unwrap_or_default();
         let multislice = self.tc.spec.membership == Membership::Multislice;
         let consumers = consumers(asking.pods);
+        // Requests whose capacity workers took, now or before (`groups[].queued.used`).
+        let used_before = std::mem::take(&mut status.used);
+        let used = |r: &LeanRequest| {
+            consumers.contains_key(r.name.as_str()) || used_before.contains(&r.name)
+        };
         let want = match asking.stopped {
             true => 0,
             false => (group.spec.slices.max as usize).saturating_sub(asking.usable) as u32,
@@ -110,42 +115,22 @@ impl Planner<'_> {
                 want,
                 timeout: SignedDuration::from_secs(i64::from(timeout)),
                 now: self.now,
-                consumed: consumers.contains_key(request.name.as_str()),
+                consumed: used(request),
             };
             match judge(request, &viewing) {
                 Verdict::Pending => pending.push(request),
                 Verdict::Provisioned => provisioned.push(request),
                 Verdict::Withdraw(why) => self.withdraw_request(name, request, &why),
                 Verdict::GiveUp(problem, why) => {
-                    let why = format!("request {}: {why}", request.name);
-                    self.withdraw_request(name, request, &why);
-                    let replaced = match problem {
-                        verdict::Problem::Revoked => {
-                            self.replace_consumers(name, request, &consumers)
-                        }
-                        _ => 0,
-                    };
-                    self.emit(
-                        EventType::Warning,
-                        problem.code(),
-                        format!(
-                            "group {name}: {why}; deleted, a new request follows (not charged){}",
-                            match replaced {
-                                0 => String::new(),
-                                n => format!("; {n} replicas on its capacity are replaced"),
-                            }
-                        ),
-                    );
-                    problem.count(&mut status);
-                    status.last_problem = Some(format!("{}: {why}", problem.code()));
-                    let retry = self.now.checked_add(problem.retry_after()).ok();
-                    status.retry_at = retry.map(Time);
+                    let problem = GivenUp { problem, why };
+                    self.give_up(name, request, &problem, &consumers, &mut status);
                 }
             }
         }
-        // Slices already asked for: pending ones, and provisioned capacity no worker uses
-        // yet (its nodes may not be Ready, or counted, yet).
-        let unconsumed = |r: &&&LeanRequest| !consumers.contains_key(r.name.as_str());
+        // Slices already asked for: pending ones, and provisioned capacity no worker took
+        // yet (its nodes may not be Ready, or counted, yet). Capacity taken before and left
+        // (its slice lost) covers nothing.
+        let unconsumed = |r: &&&LeanRequest| !used(r);
         let covered: u32 = pending.iter().map(|r| r.slices).sum::<u32>()
             + provisioned
                 .iter()
@@ -173,8 +158,16 @@ impl Planner<'_> {
             0 => Vec::new(),
             _ => self.ask(group, memory, &mut status, &class, &asked),
         };
+        // Fresh capacity first: the workers created now are what it was asked for.
         let mut consume: Vec<&LeanRequest> = provisioned.clone();
-        consume.sort_by_key(|r| (consumers.contains_key(r.name.as_str()), r.name.clone()));
+        consume.sort_by_key(|r| (used(r), r.name.clone()));
+        let mut taken: Vec<String> = provisioned
+            .iter()
+            .filter(|r| used(r))
+            .map(|r| r.name.clone())
+            .collect();
+        taken.sort();
+        status.used = taken;
         let waiting = !pending.is_empty() || !made.is_empty();
         self.wake_for_requests(&pending, !made.is_empty(), timeout);
         if !pending.is_empty() || !provisioned.is_empty() || !made.is_empty() {
@@ -251,6 +244,40 @@ impl Planner<'_> {
         made
     }
 
+    /// A request failed, expired unused, was revoked or timed out: deleted (with the
+    /// replicas on revoked capacity), counted and said, and the next one made later.
+    fn give_up(
+        &mut self,
+        group: &str,
+        request: &LeanRequest,
+        given_up: &GivenUp,
+        consumers: &Consumers<'_>,
+        status: &mut QueuedStatus,
+    ) {
+        let (problem, why) = (
+            given_up.problem,
+            format!("request {}: {}", request.name, given_up.why),
+        );
+        self.withdraw_request(group, request, &why);
+        let replaced = match problem {
+            verdict::Problem::Revoked => self.replace_consumers(group, request, consumers),
+            _ => 0,
+        };
+        let replaced = match replaced {
+            0 => String::new(),
+            n => format!("; {n} replicas on its capacity are replaced"),
+        };
+        self.emit(
+            EventType::Warning,
+            problem.code(),
+            format!("group {group}: {why}; deleted, a new request follows (not charged){replaced}"),
+        );
+        problem.count(status);
+        status.last_problem = Some(format!("{}: {why}", problem.code()));
+        let retry = self.now.checked_add(problem.retry_after()).ok();
+        status.retry_at = retry.map(Time);
+    }
+
     fn withdraw_request(&mut self, group: &str, request: &LeanRequest, why: &str) {
         self.plan.requests.delete.push(RequestDelete {
             group: group.to_string(),
@@ -271,7 +298,7 @@ impl Planner<'_> {
         &mut self,
         group: &str,
         request: &LeanRequest,
-        consumers: &BTreeMap<&str, BTreeMap<u32, Vec<&LeanPod>>>,
+        consumers: &Consumers<'_>,
     ) -> usize {
         let Some(replicas) = consumers.get(request.name.as_str()) else {
             return 0;
@@ -334,9 +361,17 @@ struct Need {
     replicas: Vec<u32>,
 }
 
+/// A request given up, and why.
+struct GivenUp {
+    problem: verdict::Problem,
+    why: String,
+}
+
 /// The group's pods by the request they consume, then by replica.
-fn consumers<'a>(pods: &[PodFacts<'a>]) -> BTreeMap<&'a str, BTreeMap<u32, Vec<&'a LeanPod>>> {
-    let mut by: BTreeMap<&'a str, BTreeMap<u32, Vec<&'a LeanPod>>> = BTreeMap::new();
+type Consumers<'a> = BTreeMap<&'a str, BTreeMap<u32, Vec<&'a LeanPod>>>;
+
+fn consumers<'a>(pods: &[PodFacts<'a>]) -> Consumers<'a> {
+    let mut by: Consumers<'a> = BTreeMap::new();
     for facts in pods {
         if let (Some(request), Some(replica)) =
             (facts.pod.label(LABEL_PROVISIONING_REQUEST), facts.replica)

@@ -455,3 +455,29 @@ fn a_group_s_own_provisioning_takes_the_place_of_the_cluster_s() {
     let plan = world.step();
     assert!(event_reasons(&plan).contains(&"ProvisioningTimeout"));
 }
+
+#[test]
+fn a_slice_lost_from_used_capacity_is_asked_for_again_and_the_fresh_request_consumed() {
+    let mut world = running_on_a_request();
+    assert_eq!(queued_status(&world).used, ["demo-workers-pr0"]);
+    world.remove_pool("pool-a");
+    world.now += secs(1);
+    world.settle(5);
+    assert_eq!(names(&world), ["demo-workers-pr0", "demo-workers-pr1"]);
+    let pr1 = &world.requests[1];
+    assert_eq!(pr1.spec.pod_sets[0].count, 4, "the one slice missing");
+    provision(&mut world, "demo-workers-pr1", &["pool-c"]);
+    world.now += secs(1);
+    world.settle(8);
+    assert_eq!(live_workers(&world).len(), 8);
+    let consumed: BTreeSet<String> = live_workers(&world)
+        .iter()
+        .filter_map(|p| World::label_of(p, LABEL_PROVISIONING_REQUEST))
+        .collect();
+    assert_eq!(consumed, BTreeSet::from(["demo-workers-pr1".to_string()]));
+    assert_eq!(world.status().groups[0].restarts, 0);
+    assert_eq!(
+        queued_status(&world).used,
+        ["demo-workers-pr0", "demo-workers-pr1"]
+    );
+}
