@@ -72,7 +72,7 @@ pub(super) struct Asking<'p, 'a> {
     pub pods: &'p [PodFacts<'a>],
 }
 
-impl Planner<'_> {
+impl<'a> Planner<'a> {
     /// Keep the group's requests at what it wants; returns what its workers may do now.
     /// Records `groups[].queued`.
     pub(super) fn queue_requests(
@@ -101,60 +101,18 @@ impl Planner<'_> {
             true => 0,
             false => (group.spec.slices.max as usize).saturating_sub(asking.usable) as u32,
         };
-        let mut pending: Vec<&LeanRequest> = Vec::new();
-        let mut provisioned: Vec<&LeanRequest> = Vec::new();
-        let name = group.name();
-        let mine = self
-            .requests
-            .iter()
-            .filter(|r| r.group.as_deref() == Some(name));
-        for request in mine.filter(|r| !r.deleting) {
-            let viewing = Viewing {
-                template_hash: &memory.template_hash,
-                epoch: multislice.then_some(memory.epoch),
-                want,
-                timeout: SignedDuration::from_secs(i64::from(timeout)),
-                now: self.now,
-                consumed: used(request),
-            };
-            match judge(request, &viewing) {
-                Verdict::Pending => pending.push(request),
-                Verdict::Provisioned => provisioned.push(request),
-                Verdict::Withdraw(why) => self.withdraw_request(name, request, &why),
-                Verdict::GiveUp(problem, why) => {
-                    let problem = GivenUp { problem, why };
-                    self.give_up(name, request, &problem, &consumers, &mut status);
-                }
-            }
-        }
-        // Slices already asked for: pending ones, and provisioned capacity no worker took
-        // yet (its nodes may not be Ready, or counted, yet). Capacity taken before and left
-        // (its slice lost) covers nothing.
-        let unconsumed = |r: &&&LeanRequest| !used(r);
-        let covered: u32 = pending.iter().map(|r| r.slices).sum::<u32>()
-            + provisioned
-                .iter()
-                .filter(unconsumed)
-                .map(|r| r.slices)
-                .sum::<u32>();
-        let need = want.saturating_sub(covered);
-        // Independent replicas: each request is for a replica index no pod nor request
-        // has (a consumed request's replica is the one its pods occupy).
-        let spoken_for: BTreeSet<u32> = pending
-            .iter()
-            .chain(provisioned.iter().filter(unconsumed))
-            .filter_map(|r| r.replica)
-            .chain(asking.occupied.iter().copied())
-            .collect();
-        let asked = Need {
-            slices: need,
-            pending: !pending.is_empty(),
-            replicas: (0..)
-                .filter(|r| !spoken_for.contains(r))
-                .take(need as usize)
-                .collect(),
+        let viewing = Viewing {
+            template_hash: &memory.template_hash,
+            epoch: multislice.then_some(memory.epoch),
+            want,
+            timeout: SignedDuration::from_secs(i64::from(timeout)),
+            now: self.now,
+            consumed: false,
         };
-        let made = match need {
+        let (pending, provisioned) =
+            self.judge_requests(group.name(), &viewing, &used, &consumers, &mut status);
+        let asked = need(want, &pending, &provisioned, &used, &asking.occupied);
+        let made = match asked.slices {
             0 => Vec::new(),
             _ => self.ask(group, memory, &mut status, &class, &asked),
         };
@@ -183,6 +141,42 @@ impl Planner<'_> {
                 .collect(),
             class,
         }
+    }
+
+    /// Judge each of the group's requests: kept (pending, provisioned), withdrawn or given
+    /// up (both deleted).
+    fn judge_requests<'r>(
+        &mut self,
+        group: &str,
+        viewing: &Viewing<'_>,
+        used: &dyn Fn(&LeanRequest) -> bool,
+        consumers: &Consumers<'_>,
+        status: &mut QueuedStatus,
+    ) -> (Vec<&'r LeanRequest>, Vec<&'r LeanRequest>)
+    where
+        'a: 'r,
+    {
+        let (mut pending, mut provisioned) = (Vec::new(), Vec::new());
+        let requests: &'r [LeanRequest] = self.requests;
+        let mine = requests
+            .iter()
+            .filter(|r| r.group.as_deref() == Some(group));
+        for request in mine.filter(|r| !r.deleting) {
+            let viewing = Viewing {
+                consumed: used(request),
+                ..*viewing
+            };
+            match judge(request, &viewing) {
+                Verdict::Pending => pending.push(request),
+                Verdict::Provisioned => provisioned.push(request),
+                Verdict::Withdraw(why) => self.withdraw_request(group, request, &why),
+                Verdict::GiveUp(problem, why) => {
+                    let problem = GivenUp { problem, why };
+                    self.give_up(group, request, &problem, consumers, status);
+                }
+            }
+        }
+        (pending, provisioned)
     }
 
     /// Make the requests for `need` slices: one for them all (Multislice, unless one of
@@ -359,6 +353,36 @@ struct Need {
     slices: u32,
     pending: bool,
     replicas: Vec<u32>,
+}
+
+/// What is still to ask for: the slices wanted less those asked for already (pending
+/// requests, and provisioned capacity no worker took yet: its nodes may not be Ready, or
+/// counted, yet; capacity taken before and left, its slice lost, covers nothing), and for
+/// independent replicas the replica indexes no pod nor request has.
+fn need(
+    want: u32,
+    pending: &[&LeanRequest],
+    provisioned: &[&LeanRequest],
+    used: &dyn Fn(&LeanRequest) -> bool,
+    occupied: &BTreeSet<u32>,
+) -> Need {
+    let fresh = provisioned.iter().filter(|r| !used(r));
+    let open: Vec<&&LeanRequest> = pending.iter().chain(fresh).collect();
+    let covered: u32 = open.iter().map(|r| r.slices).sum();
+    let slices = want.saturating_sub(covered);
+    let spoken_for: BTreeSet<u32> = open
+        .iter()
+        .filter_map(|r| r.replica)
+        .chain(occupied.iter().copied())
+        .collect();
+    Need {
+        slices,
+        pending: !pending.is_empty(),
+        replicas: (0..)
+            .filter(|r| !spoken_for.contains(r))
+            .take(slices as usize)
+            .collect(),
+    }
 }
 
 /// A request given up, and why.

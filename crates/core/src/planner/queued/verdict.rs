@@ -55,6 +55,7 @@ pub(crate) enum Verdict {
 }
 
 /// What the group is now, as a request is judged against it.
+#[derive(Clone, Copy)]
 pub(crate) struct Viewing<'v> {
     pub template_hash: &'v str,
     /// The group's epoch, for a Multislice group (whose requests are per epoch).
