@@ -88,6 +88,15 @@ pub(crate) fn judge(request: &LeanRequest, v: &Viewing<'_>) -> Verdict {
         RequestState::Provisioned if stale_template && !v.consumed => {
             Verdict::Withdraw(why_stale())
         }
+        // Capacity no worker could take in all that time (its nodes went, or never fit):
+        // asked for again.
+        RequestState::Provisioned if !v.consumed && timed_out(request, v) => Verdict::GiveUp(
+            Problem::Timeout,
+            format!(
+                "provisioned, but no worker took its capacity within spec.provisioning.timeoutSeconds ({} s)",
+                v.timeout.as_secs()
+            ),
+        ),
         RequestState::Provisioned => Verdict::Provisioned,
         RequestState::Pending if stale => Verdict::Withdraw(why_stale()),
         RequestState::Pending if v.want == 0 => {

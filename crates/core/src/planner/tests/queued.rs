@@ -481,3 +481,27 @@ fn a_slice_lost_from_used_capacity_is_asked_for_again_and_the_fresh_request_cons
         ["demo-workers-pr0", "demo-workers-pr1"]
     );
 }
+
+#[test]
+fn capacity_provisioned_but_never_taken_is_asked_for_again_after_the_timeout() {
+    let mut world = queued(Membership::Multislice, 2, 2);
+    world.settle(3);
+    // Provisioned, but its nodes never come.
+    set_condition(
+        &mut world.requests,
+        "demo-workers-pr0",
+        PROVISIONED,
+        "Ok",
+        world.now,
+    );
+    world.settle(3);
+    world.now = at(599);
+    assert!(world.step().requests.delete.is_empty());
+    world.now = at(600);
+    let plan = world.step();
+    assert_eq!(plan.requests.delete.len(), 1);
+    assert!(event_reasons(&plan).contains(&"ProvisioningTimeout"));
+    world.now += secs(60);
+    world.settle(3);
+    assert_eq!(names(&world), ["demo-workers-pr1"]);
+}
