@@ -4,10 +4,10 @@
 //! `place::create_replicas` then finds every slice free); independent replicas make one per
 //! slice. Workers created while a request is provisioned consume it (the autoscaler's
 //! annotations, our `slices.dev/provisioning-request` label). A request that fails, expires
-//! unused, is revoked or times out is deleted and made again after a wait (`Problem::retry_after`),
-//! never charged;
-//! replicas running on revoked capacity are replaced, uncharged. Everything the planner
-//! needs after a restart is in the request objects and `groups[].queued`.
+//! unused, is revoked or times out is deleted and made again after a wait
+//! (`Problem::retry_after`), never charged; replicas running on revoked capacity are
+//! replaced, uncharged. Everything the planner needs after a restart is in the request
+//! objects and `groups[].queued`.
 
 mod objects;
 mod verdict;
@@ -50,8 +50,7 @@ const REQUEST_POLL: SignedDuration = SignedDuration::from_secs(15);
 /// What the group's requests allow its workers this round.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct Gate {
-    /// Workers may be created: false while a Multislice group that runs nothing waits for
-    /// its request.
+    /// No worker is created: a Multislice group that runs nothing waits for its request.
     pub closed: bool,
     /// Provisioned requests the workers created now consume (the replica each is for, if
     /// any, and its name), unconsumed ones first.
