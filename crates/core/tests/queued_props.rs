@@ -179,12 +179,11 @@ proptest! {
             run.apply(event);
             made = run.check(made)?;
         }
-        // Whatever happened, capacity that comes is used: the job ends up running (after
-        // the timeout, capacity provisioned but never taken is asked for again).
-        run.world.now += SignedDuration::from_secs(601);
-        run.world.settle(4);
+        // Whatever happened, capacity that comes is used: the job ends up running. Each
+        // round waits out any backoff (at most 16 minutes) and provisions what is asked.
         for _ in 0..4 {
-            run.world.now += SignedDuration::from_secs(61);
+            run.world.now += SignedDuration::from_secs(1000);
+            run.world.settle(4);
             run.apply(&Event::Provision(0));
         }
         let status = run.world.status();

@@ -49,6 +49,10 @@ pub struct QueuedStatus {
     /// demo-workers-pr0: ...`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_problem: Option<String>,
+    /// Requests given up one after another since capacity last came: each doubles the
+    /// wait before the next request (up to 16 times).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub streak: u32,
     /// No new request is made before this time (after one was given up).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_at: Option<Time>,

@@ -130,6 +130,9 @@ impl<'a> Planner<'a> {
         if !pending.is_empty() || !provisioned.is_empty() || !made.is_empty() {
             self.wake_at(self.now + REQUEST_POLL);
         }
+        if !provisioned.is_empty() {
+            status.streak = 0;
+        }
         record(&mut status, want, &pending, &provisioned, &made, self.now);
         memory.queued = (status.made > 0 || want > 0).then_some(status);
         Gate {
@@ -267,7 +270,10 @@ impl<'a> Planner<'a> {
         );
         problem.count(status);
         status.last_problem = Some(format!("{}: {why}", problem.code()));
-        let retry = self.now.checked_add(problem.retry_after()).ok();
+        // A backoff: each request given up in a row doubles the wait, up to 16 times.
+        let doubling = 1 << status.streak.min(4);
+        status.streak += 1;
+        let retry = self.now.checked_add(problem.retry_after() * doubling).ok();
         status.retry_at = retry.map(Time);
     }
 
