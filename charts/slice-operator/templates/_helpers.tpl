@@ -111,4 +111,11 @@ Exactly the verbs the operator uses; no wildcards.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
+# spec.provisioning.mode Queued: a PodTemplate and a ProvisioningRequest per request.
+- apiGroups: [""]
+  resources: ["podtemplates"]
+  verbs: ["get", "list", "create", "delete"]
+- apiGroups: ["autoscaling.x-k8s.io"]
+  resources: ["provisioningrequests"]
+  verbs: ["get", "list", "watch", "create", "delete"]
 {{- end }}

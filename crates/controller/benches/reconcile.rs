@@ -326,6 +326,7 @@ fn references(
                 inventory: &inventory,
                 reserved: &reserved,
                 conflicts: &[],
+                requests: Some(&[]),
                 now: jiff::Timestamp::now(),
             }))
         })

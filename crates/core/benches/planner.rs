@@ -48,6 +48,7 @@ fn bench(c: &mut Criterion) {
                     inventory: &inventory,
                     reserved: &Default::default(),
                     conflicts: &[],
+                    requests: Some(&[]),
                     now: world.now,
                 }))
             })
@@ -66,6 +67,7 @@ fn bench(c: &mut Criterion) {
                     inventory: &inventory,
                     reserved: &Default::default(),
                     conflicts: &[],
+                    requests: Some(&[]),
                     now: failed.now,
                 }))
             })
@@ -118,6 +120,7 @@ fn bench(c: &mut Criterion) {
                         inventory: &inventory,
                         reserved: &Default::default(),
                         conflicts: &[],
+                        requests: Some(&[]),
                         now: replaced.now,
                     }))
                 })

@@ -44,6 +44,23 @@ pub const LABEL_SPARE_INDEX: &str = "slices.dev/spare-index";
 /// On the placeholders of a request for a slice (`spec.provisioning`), as opposed to a hot
 /// spare's.
 pub const LABEL_CAPACITY: &str = "slices.dev/capacity";
+/// How many slices a ProvisioningRequest of ours asks for (`spec.provisioning.mode: Queued`).
+pub const LABEL_REQUEST_SLICES: &str = "slices.dev/request-slices";
+/// On worker pods created on a ProvisioningRequest's capacity: the request's name (the
+/// planner reads labels, not annotations, of pods).
+pub const LABEL_PROVISIONING_REQUEST: &str = "slices.dev/provisioning-request";
+/// The annotations that make a pod consume a ProvisioningRequest's capacity: the cluster
+/// autoscaler reads the `cluster-autoscaler.kubernetes.io/` keys (GKE's docs) and, newer,
+/// the `autoscaling.x-k8s.io/` ones; pods carry both.
+pub const ANNOTATIONS_CONSUME_REQUEST: &[&str] = &[
+    "cluster-autoscaler.kubernetes.io/consume-provisioning-request",
+    "autoscaling.x-k8s.io/consume-provisioning-request",
+];
+/// The class of the request a pod consumes (with [`ANNOTATIONS_CONSUME_REQUEST`]).
+pub const ANNOTATIONS_REQUEST_CLASS: &[&str] = &[
+    "cluster-autoscaler.kubernetes.io/provisioning-class-name",
+    "autoscaling.x-k8s.io/provisioning-class-name",
+];
 /// The PriorityClass of placeholder pods, installed by the chart (value
 /// [`SPARE_PRIORITY_VALUE`], `preemptionPolicy: Never`).
 pub const SPARE_PRIORITY_CLASS: &str = "slice-operator-spare";

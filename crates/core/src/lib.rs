@@ -3,6 +3,7 @@
 //! nodes, clock). No IO and no async runtime; this crate's manifest is the proof.
 //!
 //! * [`api`]: the `TrainCluster` types (the CRD is generated from them) and validation.
+//! * [`autoscaling`]: the cluster autoscaler's `ProvisioningRequest`, and its lean view.
 //! * [`tpu`]: slice math: accelerator labels, topologies, chips and hosts per slice.
 //! * [`lean`]: the watched Pods and Nodes, reduced to the fields the planner reads.
 //! * [`fit`]: the scheduler's node filters: could a pod run on a node.
@@ -12,6 +13,7 @@
 //! * [`constants`]: every label, annotation, env var name and the field manager.
 
 pub mod api;
+pub mod autoscaling;
 pub mod constants;
 pub mod fit;
 pub mod inventory;

@@ -421,3 +421,72 @@ fn schema_bounds_the_failure_policy_and_the_deadline() {
     let actions = &policy["rules"]["items"]["properties"]["action"]["enum"];
     assert_eq!(actions, &json!(["FailJob", "Ignore", "Count"]));
 }
+
+#[test]
+fn cel_requires_a_class_name_for_queued_provisioning_and_only_there() {
+    let mut queued = manifest();
+    queued["spec"]["provisioning"] = json!({"mode": "Queued"});
+    let errors = cel_errors(&queued).join("\n");
+    assert!(
+        errors.contains(
+            "spec.provisioning.className: provisioning.className is required with mode Queued"
+        ) && errors.contains("queued-provisioning.gke.io"),
+        "{errors}"
+    );
+    queued["spec"]["provisioning"]["className"] = json!("queued-provisioning.gke.io");
+    assert_eq!(cel_errors(&queued), Vec::<String>::new());
+    let mut autoscaled = manifest();
+    autoscaled["spec"]["provisioning"] =
+        json!({"mode": "Autoscale", "className": "queued-provisioning.gke.io"});
+    let errors = cel_errors(&autoscaled).join("\n");
+    assert!(errors.contains("only read with mode Queued"), "{errors}");
+    autoscaled["spec"]["provisioning"] = json!({"mode": "Autoscale"});
+    assert_eq!(cel_errors(&autoscaled), Vec::<String>::new());
+    // A group's own provisioning is held to the same rules.
+    let mut group = manifest();
+    group["spec"]["workerGroups"][0]["provisioning"] = json!({"mode": "Queued"});
+    let errors = cel_errors(&group).join("\n");
+    assert!(
+        errors.contains(
+            "spec.workerGroups[0].provisioning.className: provisioning.className is required"
+        ),
+        "{errors}"
+    );
+    group["spec"]["elastic"] = json!({"waitForReadySlices": false});
+    group["spec"]["workerGroups"][0]["provisioning"]["className"] =
+        json!("queued-provisioning.gke.io");
+    let errors = cel_errors(&group).join("\n");
+    assert!(
+        errors.contains("needs spec.elastic.waitForReadySlices true"),
+        "{errors}"
+    );
+}
+
+#[test]
+fn operator_validation_refuses_queued_provisioning_without_a_class() {
+    let mut tc = train_cluster(Membership::Multislice, 1, 2);
+    tc.spec.provisioning = Some(slice_core::api::Provisioning {
+        mode: slice_core::api::ProvisioningMode::Queued,
+        class_name: None,
+        timeout_seconds: 600,
+    });
+    let e = errors_of(&tc);
+    assert!(
+        e.len() == 1
+            && e[0].starts_with("spec.provisioning.className:")
+            && e[0].contains("queued-provisioning.gke.io"),
+        "{e:?}"
+    );
+    tc.spec.provisioning.as_mut().unwrap().class_name = Some("queued-provisioning.gke.io".into());
+    assert!(errors_of(&tc).is_empty());
+    tc.spec.worker_groups[0].provisioning = Some(slice_core::api::Provisioning {
+        mode: slice_core::api::ProvisioningMode::Queued,
+        class_name: None,
+        timeout_seconds: 600,
+    });
+    let e = errors_of(&tc);
+    assert!(
+        e.len() == 1 && e[0].starts_with("spec.workerGroups[0].provisioning.className:"),
+        "{e:?}"
+    );
+}

@@ -231,6 +231,7 @@ fn plan_for(tc: &TrainCluster, inventory: &Inventory, world: &World) -> Plan {
         inventory,
         reserved: &Default::default(),
         conflicts: &[],
+        requests: Some(&[]),
         now: world.now,
     })
 }

@@ -20,7 +20,7 @@
 //! # Served resources
 //! core/v1 pods (+`status`, +`binding`), nodes (+`status`), services (+`status`), events,
 //! namespaces (+`status`; `default`, `kube-system`, `kube-public`, `kube-node-lease` exist),
-//! configmaps, secrets, serviceaccounts; events.k8s.io/v1 events; coordination.k8s.io/v1
+//! configmaps, podtemplates, secrets, serviceaccounts; events.k8s.io/v1 events; coordination.k8s.io/v1
 //! leases; apiextensions.k8s.io/v1 customresourcedefinitions (+`status`). Creating a CRD
 //! (over HTTP or with [`Emulator::install_crd`]) serves its resources immediately and sets
 //! its `Established`/`NamesAccepted` conditions.

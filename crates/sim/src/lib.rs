@@ -60,6 +60,7 @@ pub mod faults;
 pub mod kubelet;
 pub mod nodes;
 pub mod platform_faults;
+pub mod queued;
 pub mod scenario;
 pub mod sched;
 pub mod simulate;
@@ -78,6 +79,7 @@ pub use nodes::{
     add_pools, cordon_node, delete_sim_nodes, preempt_pool, restore_pool, set_node_readiness,
     set_node_ready,
 };
+pub use queued::QueuedProvisioner;
 pub use scenario::{
     Scenario, StepReport, StepStatus, TimelineOptions, run_scenario, run_timeline, setup_scenario,
 };

@@ -168,6 +168,7 @@ pub fn tpu_group(
             spares: 0,
         },
         template: worker_template(chips),
+        provisioning: None,
     }
 }
 

@@ -7,6 +7,7 @@
 //! one set of builders with the core's own types.
 
 mod builders;
+pub mod requests;
 mod world;
 
 pub use builders::*;

@@ -52,6 +52,8 @@ pub struct World {
     /// When set, a deleted pod is only marked Terminating, as an API server does until its
     /// kubelet confirms; [`World::exit`] takes such pods away. When not, deletes are instant.
     pub slow_exits: bool,
+    /// ProvisioningRequests, as the API server holds them (`super::requests`).
+    pub requests: Vec<slice_core::autoscaling::ProvisioningRequest>,
     lean_nodes: LeanViews<Node, LeanNode>,
     lean_pods: LeanViews<Pod, LeanPod>,
 }
@@ -64,6 +66,7 @@ impl World {
             pods: Vec::new(),
             now: at(0),
             slow_exits: false,
+            requests: Vec::new(),
             lean_nodes: LeanViews::default(),
             lean_pods: LeanViews::default(),
         }
@@ -91,6 +94,7 @@ impl World {
             inventory: &inventory,
             reserved: &Default::default(),
             conflicts: &[],
+            requests: Some(&super::requests::lean(&self.requests)),
             now: self.now,
         })
     }
@@ -138,6 +142,7 @@ impl World {
             }
         }
         self.apply_patches(plan);
+        super::requests::apply(&mut self.requests, plan, self.now);
         self.cluster.status = Some(plan.status.clone());
     }
 

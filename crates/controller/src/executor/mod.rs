@@ -1,5 +1,5 @@
 //! The executor: applies a plan to the API server, in order: the Service, the status, the
-//! pod deletes and creates, the label patches, then the events of what went through. A create the API server
+//! ProvisioningRequests, the pod deletes and creates, the label patches, then the events of what went through. A create the API server
 //! refuses becomes a condition (see `planner::creates`), not an error: retrying at once
 //! cannot help.
 
@@ -7,6 +7,7 @@ pub mod patches;
 pub mod pod_actions;
 pub mod pods;
 pub mod progress;
+pub mod requests;
 pub mod service;
 pub mod status;
 
@@ -79,6 +80,9 @@ async fn apply_in_order(
             info!(phase = ?plan.status.phase, desired = plan.status.desired_slices, ready = plan.status.ready_slices, "phase changed");
         }
     }
+    // The requests' count (`groups[].queued.made`) is in the status written above.
+    ctx.fence.check()?;
+    requests::apply(&ctx.client, &namespace, &plan.requests).await?;
     let acted = pod_actions::apply_pods(ctx, tc, plan, work.relists, progress).await;
     // After the actions (the status change above is one): an event says what happened.
     let done: Vec<_> = plan

@@ -109,10 +109,16 @@ pub async fn observe_and_plan(tc: &TrainCluster, ctx: &Arc<Context>) -> Result<S
     // Names others hold (pod names of a cluster that claimed them first, a Service we do
     // not own) are found under the planning lock.
     let service = headless_service(tc, ctx, &namespace).await?;
+    let requests = crate::executor::requests::observe(&ctx.client, tc).await?;
     let planning = {
         let ctx = ctx.clone();
         move || {
-            let (plan, conflicts) = plan_locked(&ctx, &observed, &pods, service.as_ref(), relists);
+            let seen = Seen {
+                pods: &pods,
+                service: service.as_ref(),
+                requests: requests.as_deref(),
+            };
+            let (plan, conflicts) = plan_locked(&ctx, &observed, &seen, relists);
             (plan, observed, service, conflicts)
         }
     };
@@ -174,13 +180,20 @@ fn gives_back_slices(observed: &TrainCluster, plan: &planner::Plan) -> bool {
 /// Plan under the planning lock: one planner at a time, and the creates it plans are
 /// expected (their slices taken), its reservations and whether it holds its pod names
 /// recorded before the next one plans. Returns the plan and the names others hold.
+/// What a plan is made from besides the TrainCluster.
+struct Seen<'a> {
+    pods: &'a [Arc<LeanPod>],
+    service: Option<&'a Service>,
+    requests: Option<&'a [slice_core::autoscaling::LeanRequest]>,
+}
+
 fn plan_locked(
     ctx: &Context,
     observed: &TrainCluster,
-    pods: &[Arc<LeanPod>],
-    service: Option<&Service>,
+    seen: &Seen<'_>,
     relists: u64,
 ) -> (planner::Plan, Vec<slice_core::api::validate::FieldError>) {
+    let (pods, service) = (seen.pods, seen.service);
     let uid = uid(observed);
     let mut planning = ctx.planning();
     // Under the lock: a cluster accepted by the plan just before holds its names, though
@@ -194,6 +207,7 @@ fn plan_locked(
         inventory: &inventory,
         reserved: &reserved,
         conflicts: &conflicts,
+        requests: seen.requests,
         now: jiff::Timestamp::now(),
     });
     ctx.ledger.planned(uid, &plan, relists);

@@ -37,7 +37,7 @@ use super::status::TrainClusterStatus;
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self.workerGroups.all(g, self.workerGroups.exists_one(h, h.name == g.name))").message("spec.workerGroups[].name must be unique; rename the duplicate group"))]
-#[x_kube(validation = Rule::new("!has(self.provisioning) || !has(self.elastic) || !has(self.elastic.waitForReadySlices) || self.elastic.waitForReadySlices").message("spec.provisioning asks for slices for groups placed on slices: it needs spec.elastic.waitForReadySlices true (with false, the workers themselves wait for capacity); remove one of them"))]
+#[x_kube(validation = Rule::new("(!has(self.provisioning) && self.workerGroups.all(g, !has(g.provisioning))) || !has(self.elastic) || !has(self.elastic.waitForReadySlices) || self.elastic.waitForReadySlices").message("spec.provisioning (or a group's provisioning) asks for slices for groups placed on slices: it needs spec.elastic.waitForReadySlices true (with false, the workers themselves wait for capacity); remove one of them"))]
 #[x_kube(validation = Rule::new("!has(self.successPolicy) || self.successPolicy != 'Head' || has(self.head)").message("spec.successPolicy Head needs spec.head: add a head, or use AllWorkers"))]
 pub struct TrainClusterSpec {
     /// Optional coordinator (e.g. Ray head) pod. Not part of any slice.
@@ -162,6 +162,11 @@ pub struct WorkerGroupSpec {
     /// Pod template for every host of every replica.
     #[schemars(schema_with = "pod_template_schema")]
     pub template: PodTemplateSpec,
+
+    /// This group's own `spec.provisioning`, in its place (e.g. a group on DWS flex-start
+    /// next to one on autoscaled pools).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provisioning: Option<Provisioning>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
@@ -270,4 +275,19 @@ fn pod_template_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         "x-kubernetes-preserve-unknown-fields": true,
         "description": "A core/v1 PodTemplateSpec."
     })
+}
+
+impl TrainClusterSpec {
+    /// How a group asks for missing slices: its own `provisioning`, else `spec.provisioning`.
+    pub fn provisioning_of<'a>(&'a self, group: &'a WorkerGroupSpec) -> Option<&'a Provisioning> {
+        group.provisioning.as_ref().or(self.provisioning.as_ref())
+    }
+
+    /// Some group asks by ProvisioningRequests (`mode: Queued`).
+    pub fn queues(&self) -> bool {
+        let queued = |p: &Provisioning| p.mode == super::provisioning::ProvisioningMode::Queued;
+        self.worker_groups
+            .iter()
+            .any(|g| self.provisioning_of(g).is_some_and(queued))
+    }
 }

@@ -220,6 +220,10 @@ pub struct GroupStatus {
     /// Slices asked for (`spec.provisioning`): pending, held, given up.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<CapacityStatus>,
+    /// ProvisioningRequests (`spec.provisioning.mode: Queued`): pending, provisioned, and
+    /// what became of those given up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued: Option<super::queued_status::QueuedStatus>,
     /// Next free incarnation number (names each group incarnation uniquely in `TPU_NAME`).
     #[serde(default)]
     pub next_incarnation: u64,

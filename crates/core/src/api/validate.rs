@@ -223,11 +223,37 @@ pub fn resolve(tc: &TrainCluster) -> Result<Vec<ResolvedGroup<'_>>, Vec<FieldErr
             message: "Head needs spec.head (the head pod whose exit 0 ends the run); add a head or use AllWorkers".into(),
         });
     }
+    errors.extend(queued_without_class(spec));
     if errors.is_empty() {
         Ok(groups)
     } else {
         Err(errors)
     }
+}
+
+/// `mode: Queued` names the ProvisioningRequest class, in `spec.provisioning` and in each
+/// group's own (CEL says so too; this catches a CRD installed without its rules).
+fn queued_without_class(spec: &super::TrainClusterSpec) -> Vec<FieldError> {
+    let groups = spec.worker_groups.iter().enumerate();
+    let own = groups.filter_map(|(i, g)| {
+        let at = format!("spec.workerGroups[{i}].provisioning");
+        g.provisioning.as_ref().map(|p| (at, p))
+    });
+    let top = spec
+        .provisioning
+        .as_ref()
+        .map(|p| ("spec.provisioning".to_string(), p));
+    top.into_iter()
+        .chain(own)
+        .filter(|(_, p)| {
+            p.mode == super::ProvisioningMode::Queued
+                && p.class_name.as_deref().is_none_or(|c| c.is_empty())
+        })
+        .map(|(at, _)| FieldError {
+            field: format!("{at}.className"),
+            message: "is required with mode Queued: name the ProvisioningRequest class, e.g. queued-provisioning.gke.io".into(),
+        })
+        .collect()
 }
 
 /// The fields by which a worker template would take from the operator where its pods run,

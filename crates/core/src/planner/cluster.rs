@@ -42,6 +42,10 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         let (reason, message) = ("NameConflict", joined(input.conflicts));
         return invalid_plan(tc, &previous, &message, reason, service, input.now);
     }
+    if input.requests.is_none() && super::queued::asks_for_requests(tc) {
+        let (reason, message) = super::queued::API_MISSING;
+        return invalid_plan(tc, &previous, message, reason, service, input.now);
+    }
     // A pod of this generation the API server refused as invalid: reported, not retried.
     if let Some(message) = refused::this_generation(&previous, tc.metadata.generation) {
         let message = message.to_string();
@@ -60,6 +64,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
             Plan::empty(service),
             input.now,
         )
+        .with_requests(input.requests.unwrap_or_default())
         .run(&groups, &owned),
     }
 }
@@ -127,6 +132,7 @@ pub(super) fn start<'a>(
         tc,
         previous,
         inventory,
+        requests: &[],
         now,
         claimed: reserved,
         plan,

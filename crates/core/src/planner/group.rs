@@ -11,7 +11,7 @@ use super::observe::{self, ObservedReplica, PodFacts};
 use super::place::{self, Mine};
 use super::relabel::Wanted;
 use super::state::Planner;
-use super::{DeleteReason, budget, retire, revision, spares};
+use super::{DeleteReason, budget, queued, retire, revision, spares};
 use crate::api::validate::ResolvedGroup;
 use crate::api::{GroupStatus, Membership, SuccessPolicy};
 use crate::constants::ROLE_SPARE;
@@ -122,7 +122,17 @@ impl<'a> Planner<'a> {
             multislice,
             pinned: group.shape.is_some() && self.tc.spec.elastic.wait_for_ready_slices,
         };
-        let wanted = if sizing.target > 0 && held.is_none() && !failed {
+        // Queued provisioning: requests for what is missing; a Multislice job waits for
+        // its request before it starts (gang start).
+        let asking = queued::Asking {
+            usable: usable.len(),
+            stopped: failed || finishing || (sizing.stop.is_some() && !sizing.waiting()),
+            running: !kept.is_empty(),
+            occupied: observed.keys().copied().collect(),
+            pods: &pods,
+        };
+        let gate = self.queue_requests(group, &mut memory, &asking);
+        let wanted = if sizing.target > 0 && held.is_none() && !failed && !gate.closed {
             place::wanted_replicas(placing, sizing.target, &occupied, kept.len(), leaving)
         } else {
             Vec::new()
@@ -131,6 +141,7 @@ impl<'a> Planner<'a> {
         let first_create = self.plan.create.len();
         let to_come = place::Members::to_come(sizing.target, &observed, &kept, &usable);
         let created = self.create_replicas(group, &mut memory, to_come, wanted, &mut free);
+        self.consume_requests(name, first_create, &gate);
         // Spares: the ones just taken make way; the rest are kept at what is wanted once
         // every group has been placed (`refill_all_spares`).
         let swapped = self.swap_spares(name, &spare_sets, first_create, &mut memory);

@@ -12,7 +12,10 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Affinity, Pod};
 
-use crate::constants::{ENV_TPU_WORKER_ID, LABEL_HOST_INDEX};
+use crate::constants::{
+    ANNOTATIONS_CONSUME_REQUEST, ANNOTATIONS_REQUEST_CLASS, ENV_TPU_WORKER_ID, LABEL_HOST_INDEX,
+    LABEL_PROVISIONING_REQUEST,
+};
 
 /// Every pod of one group to create, as host 0's pod and what differs per host.
 #[derive(Clone, Debug, PartialEq)]
@@ -78,6 +81,22 @@ impl GroupPods {
     /// Hosts other than host 0 have `affinity` instead of host 0's.
     pub(super) fn with_followers_affinity(mut self, affinity: Option<Affinity>) -> GroupPods {
         self.followers_affinity = Some(Box::new(affinity));
+        self
+    }
+
+    /// Every pod consumes ProvisioningRequest `request` of `class`: the autoscaler's
+    /// annotations, and our label naming it (the planner reads labels of pods).
+    pub(super) fn consuming(mut self, request: &str, class: &str) -> GroupPods {
+        let meta = &mut Arc::make_mut(&mut self.first).metadata;
+        let annotations = meta.annotations.get_or_insert_with(Default::default);
+        for key in ANNOTATIONS_CONSUME_REQUEST {
+            annotations.insert(key.to_string(), request.to_string());
+        }
+        for key in ANNOTATIONS_REQUEST_CLASS {
+            annotations.insert(key.to_string(), class.to_string());
+        }
+        let labels = meta.labels.get_or_insert_with(Default::default);
+        labels.insert(LABEL_PROVISIONING_REQUEST.into(), request.to_string());
         self
     }
 

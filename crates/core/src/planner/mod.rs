@@ -46,6 +46,7 @@ mod names;
 pub mod observe;
 mod place;
 pub mod policy;
+mod queued;
 pub mod reason;
 pub mod refused;
 mod rejections;
@@ -72,7 +73,7 @@ pub use reason::{DeleteReason, DisruptionKind, FailCause};
 pub use spares::{spare_pod, spare_pod_name, spare_pods};
 pub use types::{
     EventAfter, EventType, GroupCreate, GroupDelete, Plan, PlanInput, PlannedEvent, PodPatch,
-    PodRef,
+    PodRef, RequestActions, RequestCreate, RequestDelete,
 };
 
 #[cfg(test)]

@@ -187,6 +187,11 @@ pub enum DeleteReason {
     CapacityReleased {
         why: String,
     },
+    /// The ProvisioningRequest whose capacity the replica runs on was revoked: replaced on
+    /// new capacity, never charged.
+    CapacityRevoked {
+        request: String,
+    },
 }
 
 impl DeleteReason {
@@ -259,6 +264,7 @@ impl DeleteReason {
             DeleteReason::SpareBroken { .. } => "SpareBroken",
             DeleteReason::ProvisioningTimeout { .. } => "ProvisioningTimeout",
             DeleteReason::CapacityReleased { .. } => "CapacityReleased",
+            DeleteReason::CapacityRevoked { .. } => "CapacityRevoked",
             DeleteReason::SliceContended { .. } => "SliceContended",
             DeleteReason::KubeletRejected { .. } => "KubeletRejected",
         }
@@ -394,6 +400,11 @@ impl fmt::Display for DeleteReason {
             DeleteReason::CapacityReleased { why } => {
                 write!(f, "request for a slice withdrawn: {why}")
             }
+            DeleteReason::CapacityRevoked { request } => write!(
+                f,
+                "the capacity of ProvisioningRequest {request} was revoked; \
+                 replaced on new capacity, not charged"
+            ),
         }
     }
 }

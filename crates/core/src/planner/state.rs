@@ -9,6 +9,7 @@ use jiff::Timestamp;
 use super::spares::Refill;
 use super::types::Plan;
 use crate::api::{AvoidedSlice, KubeletRejection, TrainCluster, TrainClusterStatus};
+use crate::autoscaling::LeanRequest;
 use crate::inventory::Inventory;
 
 /// The plan of one TrainCluster under construction, shared by every phase (one module each).
@@ -17,6 +18,8 @@ pub(super) struct Planner<'a> {
     /// The last status written: the planner's memory of its own decisions.
     pub(super) previous: &'a TrainClusterStatus,
     pub(super) inventory: &'a Inventory,
+    /// The cluster's ProvisioningRequests (`queued`).
+    pub(super) requests: &'a [LeanRequest],
     pub(super) now: Timestamp,
     /// Free slices already promised: to another cluster (reservations) or to an earlier
     /// worker group in this plan.
@@ -45,4 +48,12 @@ pub(super) struct Planner<'a> {
     pub(super) start_time: Option<Timestamp>,
     /// Replicas whose node loss the brake on mass node loss holds, described.
     pub(super) held: Vec<String>,
+}
+
+impl<'a> Planner<'a> {
+    /// The cluster's ProvisioningRequests, as observed.
+    pub(super) fn with_requests(mut self, requests: &'a [LeanRequest]) -> Planner<'a> {
+        self.requests = requests;
+        self
+    }
 }

@@ -5,12 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, PodTemplate, Service};
 
 use super::group_pods::GroupPods;
 use super::reason::DeleteReason;
 use crate::api::validate::FieldError;
 use crate::api::{TrainCluster, TrainClusterStatus};
+use crate::autoscaling::{LeanRequest, ProvisioningRequest};
 use crate::inventory::Inventory;
 use crate::lean::LeanPod;
 
@@ -27,6 +28,9 @@ pub struct PlanInput<'a> {
     /// Names this cluster needs that others hold (pod names of a TrainCluster created
     /// first, a Service it does not own): it creates nothing until they are free.
     pub conflicts: &'a [FieldError],
+    /// This cluster's ProvisioningRequests (`spec.provisioning.mode: Queued`), lean; `None`
+    /// when the cluster serves no ProvisioningRequest API.
+    pub requests: Option<&'a [LeanRequest]>,
     pub now: Timestamp,
 }
 
@@ -38,6 +42,8 @@ pub struct Plan {
     pub create_head: Option<Pod>,
     /// Running pods whose labels and annotations are brought up to date in place.
     pub patch: Vec<PodPatch>,
+    /// ProvisioningRequests (with their PodTemplates) to create and delete.
+    pub requests: RequestActions,
     pub service: Service,
     pub status: TrainClusterStatus,
     pub events: Vec<PlannedEvent>,
@@ -57,6 +63,29 @@ pub struct GroupCreate {
     pub spare: bool,
     /// Rendered one at a time, as the creates go out.
     pub pods: GroupPods,
+}
+
+/// ProvisioningRequests to delete (with their PodTemplates), then to create.
+#[derive(Clone, Debug, Default)]
+pub struct RequestActions {
+    pub create: Vec<RequestCreate>,
+    pub delete: Vec<RequestDelete>,
+}
+
+/// A PodTemplate of the group's worker pod, and the request for capacity for such pods.
+#[derive(Clone, Debug)]
+pub struct RequestCreate {
+    pub group: String,
+    pub template: PodTemplate,
+    pub request: ProvisioningRequest,
+}
+
+/// A request (and its PodTemplate, of the same name) to delete.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestDelete {
+    pub group: String,
+    pub name: String,
+    pub uid: Option<String>,
 }
 
 /// A whole replica group (or stray pods) to delete, with the reason.
@@ -120,6 +149,7 @@ impl Plan {
             delete: Vec::new(),
             create_head: None,
             patch: Vec::new(),
+            requests: RequestActions::default(),
             service,
             status: TrainClusterStatus::default(),
             events: Vec::new(),
@@ -133,5 +163,7 @@ impl Plan {
             && self.delete.is_empty()
             && self.create_head.is_none()
             && self.patch.is_empty()
+            && self.requests.create.is_empty()
+            && self.requests.delete.is_empty()
     }
 }

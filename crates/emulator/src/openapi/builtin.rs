@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Event, Namespace, Node, Pod, Secret, Service, ServiceAccount,
+    ConfigMap, Event, Namespace, Node, Pod, PodTemplate, Secret, Service, ServiceAccount,
 };
 use k8s_openapi::api::events::v1::Event as EventsV1Event;
 use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
@@ -49,6 +49,7 @@ pub(crate) fn builtins() -> &'static Builtins {
         add::<Event>(&mut g, ("", "v1", "Event"), k);
         add::<Namespace>(&mut g, ("", "v1", "Namespace"), k);
         add::<ConfigMap>(&mut g, ("", "v1", "ConfigMap"), k);
+        add::<PodTemplate>(&mut g, ("", "v1", "PodTemplate"), k);
         add::<Secret>(&mut g, ("", "v1", "Secret"), k);
         add::<ServiceAccount>(&mut g, ("", "v1", "ServiceAccount"), k);
         add::<EventsV1Event>(&mut g, ("events.k8s.io", "v1", "Event"), k);

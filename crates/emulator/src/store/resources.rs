@@ -20,6 +20,7 @@ pub(super) fn builtins() -> impl Iterator<Item = ResourceInfo> {
         ResourceInfo::builtin("", "v1", "events", "Event", true, false),
         ResourceInfo::builtin("", "v1", "namespaces", "Namespace", false, true),
         ResourceInfo::builtin("", "v1", "configmaps", "ConfigMap", true, false),
+        ResourceInfo::builtin("", "v1", "podtemplates", "PodTemplate", true, false),
         ResourceInfo::builtin("", "v1", "secrets", "Secret", true, false),
         ResourceInfo::builtin("", "v1", "serviceaccounts", "ServiceAccount", true, false),
         ResourceInfo::builtin("", "v1", "resourcequotas", "ResourceQuota", true, true),

@@ -146,6 +146,7 @@ pub async fn run_scenario(
     nodes::add_pools(client, &scenario.node_pools).await?;
     let kubelet = FakeKubelet::run(client.clone(), scenario.kubelet_options(kubelet));
     let autoscaler = Autoscaler::run(client.clone(), scenario.node_pools.clone());
+    let queued = crate::queued::QueuedProvisioner::run(client.clone(), scenario.node_pools.clone());
     let res = async {
         for m in &scenario.train_clusters {
             apply_train_cluster(client, m, &scenario.namespace).await?;
@@ -153,6 +154,7 @@ pub async fn run_scenario(
         run_timeline(client, scenario, options, Some(&kubelet), on_step).await
     }
     .await;
+    queued.stop().await;
     autoscaler.stop().await;
     kubelet.stop().await;
     res

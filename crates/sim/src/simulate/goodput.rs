@@ -26,7 +26,8 @@ pub struct GoodputSample {
     pub wanted_slices: u32,
     /// Hot spare slices held, over all groups.
     pub spare_slices: u32,
-    /// Some group waits for a slice it asked for (`spec.provisioning`).
+    /// Some group waits for a slice it asked for (`spec.provisioning`: a placeholder or a
+    /// ProvisioningRequest pending).
     pub asking: bool,
 }
 
@@ -53,11 +54,11 @@ impl GoodputSample {
                 .filter_map(|g| g.spares.as_ref())
                 .map(|s| s.held)
                 .sum(),
-            asking: status
-                .groups
-                .iter()
-                .filter_map(|g| g.capacity.as_ref())
-                .any(|c| c.pending > 0),
+            asking: status.groups.iter().any(|g| {
+                let placeholders = g.capacity.as_ref().is_some_and(|c| c.pending > 0);
+                let requests = g.queued.as_ref().is_some_and(|q| !q.pending.is_empty());
+                placeholders || requests
+            }),
         }
     }
 }

@@ -177,6 +177,8 @@ async fn run_once(scenario: &Scenario, settle_timeout: Duration, out: Out) -> an
     };
     let emulator = Emulator::start(EmulatorOptions::default()).await?;
     install_chart_objects(&emulator)?;
+    // The simulated cluster serves ProvisioningRequests, as GKE does (`crate::queued`).
+    crate::queued::serve_provisioning_requests(&emulator)?;
     let client = emulator.client();
     say(format!("API emulator listening on {}", emulator.url()));
     // The operator's defaults, as it ships: no shortened resync.

@@ -15,7 +15,7 @@ use super::harness::{Env, RUN_LABEL, label};
 
 /// Pools of this run that start at zero, provisioned `delays` seconds after a pending pod
 /// asks.
-fn pools_at_zero(env: &Env, delays: &[f64]) -> Vec<NodePoolSpec> {
+pub(super) fn pools_at_zero(env: &Env, delays: &[f64]) -> Vec<NodePoolSpec> {
     delays
         .iter()
         .enumerate()
@@ -40,6 +40,7 @@ async fn pools_at_zero_grow_for_the_placeholders_and_the_job_starts_once_with_ev
     let mut tc = env.train_cluster("asks", Membership::Multislice, 2, 2);
     tc.spec.provisioning = Some(Provisioning {
         mode: ProvisioningMode::Autoscale,
+        class_name: None,
         timeout_seconds: 600,
     });
     env.create(&tc).await;

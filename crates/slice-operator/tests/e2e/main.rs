@@ -11,6 +11,7 @@ mod lifecycle;
 mod lifecycle_edits;
 mod node_fit;
 mod platform_faults;
+mod queued;
 mod restarts;
 mod shared_cluster;
 mod spares;

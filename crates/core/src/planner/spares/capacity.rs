@@ -29,13 +29,20 @@ pub(crate) fn wanted(
     usable_otherwise: usize,
     stopped: bool,
 ) -> u32 {
-    match (&tc.spec.provisioning, &group.shape, stopped) {
-        (Some(_), Some(_), false) => {
+    match (autoscaled(tc, group), &group.shape, stopped) {
+        (true, Some(_), false) => {
             let usable = u32::try_from(usable_otherwise).unwrap_or(u32::MAX);
             group.spec.slices.max.saturating_sub(usable)
         }
         _ => 0,
     }
+}
+
+/// Missing slices are asked for by placeholder pods (`mode: Autoscale`).
+fn autoscaled(tc: &TrainCluster, group: &ResolvedGroup<'_>) -> bool {
+    tc.spec
+        .provisioning_of(group.spec)
+        .is_some_and(|p| p.mode == crate::api::ProvisioningMode::Autoscale)
 }
 
 impl Planner<'_> {
@@ -106,7 +113,7 @@ impl Planner<'_> {
         };
         record(&mut status, &live, want, made, self.now);
         let asked = status.wanted > 0 || status.timeouts > 0 || !live.is_empty();
-        memory.capacity = (self.tc.spec.provisioning.is_some() && asked).then_some(status);
+        memory.capacity = (autoscaled(self.tc, group) && asked).then_some(status);
     }
 
     fn withdraw(&mut self, group: &str, set: &SpareSet<'_>, why: String) {

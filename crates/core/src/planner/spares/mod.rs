@@ -53,8 +53,7 @@ impl<'a> Planner<'a> {
             provisioning_timeout: self
                 .tc
                 .spec
-                .provisioning
-                .as_ref()
+                .provisioning_of(group.spec)
                 .map(|p| SignedDuration::from_secs(i64::from(p.timeout_seconds))),
         };
         let sets = sets::observe(pods, &judging, self.inventory);

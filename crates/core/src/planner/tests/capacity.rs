@@ -13,6 +13,7 @@ fn asking(membership: Membership, min: u32, max: u32) -> World {
     let mut tc = train_cluster(membership, min, max);
     tc.spec.provisioning = Some(Provisioning {
         mode: ProvisioningMode::Autoscale,
+        class_name: None,
         timeout_seconds: 600,
     });
     World::new(tc, Vec::new())

@@ -136,6 +136,7 @@ fn a_stale_inventory_never_puts_a_second_group_on_a_slice_our_pods_hold() {
         inventory: &stale,
         reserved: &Default::default(),
         conflicts: &[],
+        requests: Some(&[]),
         now: world.now,
     });
     assert_eq!(plan.create.len(), 1);

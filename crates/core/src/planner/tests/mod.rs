@@ -13,6 +13,7 @@ mod lifecycle;
 mod metadata;
 mod node_fit;
 mod placement;
+mod queued;
 mod recovery;
 mod refused_retries;
 mod rejections;

@@ -226,6 +226,7 @@ fn a_name_conflict_creates_nothing_and_is_reported_once() {
             inventory: &inventory,
             reserved: &Default::default(),
             conflicts: &conflict,
+            requests: Some(&[]),
             now: world.now,
         })
     };

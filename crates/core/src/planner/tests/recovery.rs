@@ -311,6 +311,7 @@ fn plan_of_a_waiting_neighbour(world: &World) -> Plan {
         inventory: &inventory,
         reserved: &reserved,
         conflicts: &[],
+        requests: Some(&[]),
         now: world.now,
     })
 }
@@ -423,6 +424,7 @@ fn a_reserved_slice_another_cluster_was_just_given_is_not_taken_back() {
         inventory: &inventory,
         reserved: &reserved,
         conflicts: &[],
+        requests: Some(&[]),
         now: world.now,
     });
     assert!(

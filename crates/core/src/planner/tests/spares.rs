@@ -332,6 +332,7 @@ fn another_cluster_never_takes_a_spare() {
         inventory: &inventory,
         reserved: &Default::default(),
         conflicts: &[],
+        requests: Some(&[]),
         now: world.now,
     });
     assert!(plan.create.is_empty(), "{:?}", plan.create);
