@@ -177,9 +177,6 @@ fn gives_back_slices(observed: &TrainCluster, plan: &planner::Plan) -> bool {
         .any(|slice| !now.contains(slice))
 }
 
-/// Plan under the planning lock: one planner at a time, and the creates it plans are
-/// expected (their slices taken), its reservations and whether it holds its pod names
-/// recorded before the next one plans. Returns the plan and the names others hold.
 /// What a plan is made from besides the TrainCluster.
 struct Seen<'a> {
     pods: &'a [Arc<LeanPod>],
@@ -187,6 +184,9 @@ struct Seen<'a> {
     requests: Option<&'a [slice_core::autoscaling::LeanRequest]>,
 }
 
+/// Plan under the planning lock: one planner at a time, and the creates it plans are
+/// expected (their slices taken), its reservations and whether it holds its pod names
+/// recorded before the next one plans. Returns the plan and the names others hold.
 fn plan_locked(
     ctx: &Context,
     observed: &TrainCluster,
