@@ -90,19 +90,21 @@ pub(crate) fn judge(request: &LeanRequest, v: &Viewing<'_>) -> Verdict {
         }
         // Capacity no worker could take in all that time (its nodes went, or never fit):
         // asked for again.
-        RequestState::Provisioned if !v.consumed && timed_out(request, v) => Verdict::GiveUp(
-            Problem::Timeout,
-            format!(
-                "provisioned, but no worker took its capacity within spec.provisioning.timeoutSeconds ({} s)",
-                v.timeout.as_secs()
-            ),
-        ),
+        RequestState::Provisioned if !v.consumed && timed_out(provisioned_at(request), v) => {
+            Verdict::GiveUp(
+                Problem::Timeout,
+                format!(
+                    "provisioned, but no worker took its capacity within spec.provisioning.timeoutSeconds ({} s)",
+                    v.timeout.as_secs()
+                ),
+            )
+        }
         RequestState::Provisioned => Verdict::Provisioned,
         RequestState::Pending if stale => Verdict::Withdraw(why_stale()),
         RequestState::Pending if v.want == 0 => {
             Verdict::Withdraw("the group asks for no more slices".into())
         }
-        RequestState::Pending if timed_out(request, v) => Verdict::GiveUp(
+        RequestState::Pending if timed_out(request.created, v) => Verdict::GiveUp(
             Problem::Timeout,
             format!(
                 "not provisioned within spec.provisioning.timeoutSeconds ({} s)",
@@ -113,9 +115,14 @@ pub(crate) fn judge(request: &LeanRequest, v: &Viewing<'_>) -> Verdict {
     }
 }
 
-fn timed_out(request: &LeanRequest, v: &Viewing<'_>) -> bool {
-    request
-        .created
+/// Provisioned capacity is timed from when it came, not from when it was asked for (a
+/// request may wait in the queue for most of the timeout).
+fn provisioned_at(request: &LeanRequest) -> Option<Timestamp> {
+    request.provisioned_at.or(request.created)
+}
+
+fn timed_out(since: Option<Timestamp>, v: &Viewing<'_>) -> bool {
+    since
         .and_then(|t| t.checked_add(v.timeout).ok())
         .is_some_and(|deadline| deadline <= v.now)
 }

@@ -45,3 +45,35 @@ fn a_multislice_requests_template_has_the_users_affinity_but_none_of_the_operato
     let affinity = template.spec.as_ref().unwrap().affinity.clone();
     assert_eq!(affinity, Some(user_node_affinity()));
 }
+
+/// Capacity provisioned after a long wait in the queue is given the whole timeout from
+/// when it came, not what is left of it since the request was made.
+#[test]
+fn unused_capacity_times_out_from_when_it_was_provisioned_not_from_the_request() {
+    let mut world = queued(Membership::Multislice, 2, 2);
+    world.settle(3);
+    world.now += secs(590);
+    world.step();
+    // Provisioned 10 s before the request's own timeout; its nodes are not there yet.
+    set_condition(
+        &mut world.requests,
+        "demo-workers-pr0",
+        PROVISIONED,
+        "Provisioned",
+        world.now,
+    );
+    world.step();
+    world.now += secs(20);
+    let plan = world.step();
+    assert!(plan.requests.delete.is_empty(), "just provisioned: kept");
+    assert_eq!(queued_status(&world).timeouts, 0);
+    assert_eq!(queued_status(&world).provisioned, ["demo-workers-pr0"]);
+    world.now += secs(600);
+    let plan = world.step();
+    assert_eq!(
+        plan.requests.delete.len(),
+        1,
+        "unused for the whole timeout"
+    );
+    assert_eq!(queued_status(&world).timeouts, 1);
+}
