@@ -107,6 +107,7 @@ impl<'a> Planner<'a> {
             timeout: SignedDuration::from_secs(i64::from(timeout)),
             now: self.now,
             consumed: false,
+            stopped: asking.stopped,
         };
         let (pending, provisioned) =
             self.judge_requests(group.name(), &viewing, &used, &consumers, &mut status);

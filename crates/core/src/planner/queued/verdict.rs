@@ -66,6 +66,8 @@ pub(crate) struct Viewing<'v> {
     pub now: Timestamp,
     /// Some pod of the group consumes it.
     pub consumed: bool,
+    /// Suspended, failed or finished: capacity no worker took is handed back.
+    pub stopped: bool,
 }
 
 pub(crate) fn judge(request: &LeanRequest, v: &Viewing<'_>) -> Verdict {
@@ -77,6 +79,10 @@ pub(crate) fn judge(request: &LeanRequest, v: &Viewing<'_>) -> Verdict {
         false => "the group restarted into a new epoch".to_string(),
     };
     match &request.state {
+        // Not a problem of the request's: nothing to count, nothing to make again.
+        _ if v.stopped && !v.consumed => {
+            Verdict::Withdraw("the group is suspended, failed or finished".into())
+        }
         RequestState::Revoked(why) => Verdict::GiveUp(Problem::Revoked, why.clone()),
         RequestState::Failed(why) => Verdict::GiveUp(Problem::Failed, why.clone()),
         // A booking used by the workers has done its work; theirs the capacity stays.

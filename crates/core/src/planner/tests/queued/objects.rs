@@ -77,3 +77,26 @@ fn unused_capacity_times_out_from_when_it_was_provisioned_not_from_the_request()
     );
     assert_eq!(queued_status(&world).timeouts, 1);
 }
+
+/// A suspended group wants no capacity: capacity provisioned for it and not taken is
+/// handed back at once, not held until it times out (nor counted as a timeout).
+#[test]
+fn a_stopped_group_withdraws_its_unused_provisioned_request_uncounted() {
+    let mut world = queued(Membership::Multislice, 2, 2);
+    world.settle(3);
+    set_condition(
+        &mut world.requests,
+        "demo-workers-pr0",
+        PROVISIONED,
+        "Provisioned",
+        world.now,
+    );
+    world.step();
+    world.cluster.spec.suspend = true;
+    let plan = world.step();
+    assert_eq!(plan.requests.delete.len(), 1, "withdrawn at once");
+    assert!(plan.requests.create.is_empty());
+    assert!(!event_reasons(&plan).contains(&"ProvisioningTimeout"));
+    let counted = world.status().groups[0].queued.clone().unwrap_or_default();
+    assert_eq!(counted.timeouts, 0);
+}
