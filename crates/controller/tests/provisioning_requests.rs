@@ -209,3 +209,23 @@ async fn someone_elses_template_under_the_name_is_never_used_nor_deleted() {
             .is_some()
     );
 }
+
+/// A cluster that no longer queues still lists the requests its status says it had, so
+/// the planner can withdraw them.
+#[tokio::test]
+async fn a_cluster_that_stopped_queuing_still_lists_its_requests() {
+    let emulator = Emulator::start(EmulatorOptions::default()).await.unwrap();
+    emulator.install_crd(&ProvisioningRequest::crd()).unwrap();
+    let (client, tc) = queued_cluster(&emulator).await;
+    let plan = planned(&tc);
+    apply(&client, "default", uid(&tc), &plan.requests)
+        .await
+        .unwrap();
+    let mut stopped = tc.clone();
+    stopped.spec.provisioning = None;
+    stopped.status = Some(plan.status.clone());
+    let seen = observe(&client, &stopped).await.unwrap().unwrap();
+    assert_eq!(seen.len(), 1);
+    stopped.status = None;
+    assert_eq!(observe(&client, &stopped).await.unwrap(), Some(Vec::new()));
+}

@@ -17,10 +17,16 @@ use tracing::info;
 use crate::api_call::{bounded, is_code};
 use crate::error::Result;
 
-/// The cluster's requests as the planner reads them: none to read outside mode Queued;
-/// `None` when the cluster serves no ProvisioningRequest API (404).
+/// The cluster's requests as the planner reads them: none to read when no group queues
+/// nor did (its status has no `groups[].queued` left: requests of a group that stopped
+/// queuing are listed to be withdrawn); `None` when a queueing cluster's server has no
+/// ProvisioningRequest API (404).
 pub async fn observe(client: &Client, tc: &TrainCluster) -> Result<Option<Vec<LeanRequest>>> {
-    if !tc.spec.queues() {
+    let queued_before = tc
+        .status
+        .as_ref()
+        .is_some_and(|s| s.groups.iter().any(|g| g.queued.is_some()));
+    if !tc.spec.queues() && !queued_before {
         return Ok(Some(Vec::new()));
     }
     let namespace = tc.namespace().unwrap_or_default();
@@ -36,7 +42,8 @@ pub async fn observe(client: &Client, tc: &TrainCluster) -> Result<Option<Vec<Le
                 .map(LeanRequest::of)
                 .collect(),
         )),
-        Err(e) if is_code(&e, 404) => Ok(None),
+        Err(e) if is_code(&e, 404) && tc.spec.queues() => Ok(None),
+        Err(e) if is_code(&e, 404) => Ok(Some(Vec::new())),
         Err(e) => Err(e.into()),
     }
 }

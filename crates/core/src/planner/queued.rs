@@ -182,6 +182,27 @@ impl<'a> Planner<'a> {
         (pending, provisioned)
     }
 
+    /// Requests of groups that no longer queue (their mode changed, or they were removed)
+    /// are withdrawn: nobody would take their capacity.
+    pub(super) fn withdraw_unqueued_requests(&mut self, groups: &[ResolvedGroup<'_>]) {
+        let queueing: BTreeSet<&str> = groups
+            .iter()
+            .filter(|g| g.shape.is_some())
+            .filter(|g| {
+                let provisioning = self.tc.spec.provisioning_of(g.spec);
+                provisioning.and_then(|p| p.queued_class()).is_some()
+            })
+            .map(|g| g.name())
+            .collect();
+        let requests: &[LeanRequest] = self.requests;
+        for request in requests.iter().filter(|r| !r.deleting) {
+            let group = request.group.as_deref().unwrap_or_default();
+            if !queueing.contains(group) {
+                self.withdraw_request(group, request, "the group no longer queues");
+            }
+        }
+    }
+
     /// Make the requests for `need` slices: one for them all (Multislice, unless one of
     /// this epoch is pending already), or one per slice. Not while the last one given up is
     /// recent, nor while creates are refused.

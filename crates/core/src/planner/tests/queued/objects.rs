@@ -100,3 +100,27 @@ fn a_stopped_group_withdraws_its_unused_provisioned_request_uncounted() {
     let counted = world.status().groups[0].queued.clone().unwrap_or_default();
     assert_eq!(counted.timeouts, 0);
 }
+
+/// A group that no longer queues (its mode changed, or it was removed) leaves no request
+/// behind: the autoscaler would provision capacity nobody takes.
+#[test]
+fn requests_of_a_group_that_no_longer_queues_are_withdrawn() {
+    let mut world = queued(Membership::Multislice, 2, 2);
+    world.settle(3);
+    assert_eq!(names(&world), ["demo-workers-pr0"]);
+    world.cluster.spec.provisioning = Some(Provisioning {
+        mode: ProvisioningMode::Autoscale,
+        class_name: None,
+        timeout_seconds: 600,
+    });
+    let plan = world.step();
+    let withdrawn: Vec<&str> = plan
+        .requests
+        .delete
+        .iter()
+        .map(|d| d.name.as_str())
+        .collect();
+    assert_eq!(withdrawn, ["demo-workers-pr0"]);
+    world.settle(3);
+    assert!(names(&world).is_empty());
+}
