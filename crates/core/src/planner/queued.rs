@@ -26,7 +26,9 @@ use super::types::{EventType, RequestCreate, RequestDelete};
 use crate::api::validate::ResolvedGroup;
 use crate::api::{GroupStatus, Membership, QueuedStatus};
 use crate::autoscaling::LeanRequest;
-use crate::constants::LABEL_PROVISIONING_REQUEST;
+use crate::constants::{
+    LABEL_PROVISIONING_REQUEST, REQUEST_BACKOFF_MAX_DOUBLINGS, REQUEST_POLL_SECONDS,
+};
 use crate::lean::LeanPod;
 
 /// A cluster without the ProvisioningRequest API cannot queue: the reason and message of
@@ -45,7 +47,7 @@ pub(super) fn asks_for_requests(tc: &crate::api::TrainCluster) -> bool {
 
 /// Requests are listed, not watched: while the group has one, it is looked at again this
 /// often (a condition set, capacity revoked).
-const REQUEST_POLL: SignedDuration = SignedDuration::from_secs(15);
+const REQUEST_POLL: SignedDuration = SignedDuration::from_secs(REQUEST_POLL_SECONDS);
 
 /// What the group's requests allow its workers this round.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -293,7 +295,7 @@ impl<'a> Planner<'a> {
         problem.count(status);
         status.last_problem = Some(format!("{}: {why}", problem.code()));
         // A backoff: each request given up in a row doubles the wait, up to 16 times.
-        let doubling = 1 << status.streak.min(4);
+        let doubling = 1 << status.streak.min(REQUEST_BACKOFF_MAX_DOUBLINGS);
         status.streak += 1;
         let retry = self.now.checked_add(problem.retry_after() * doubling).ok();
         status.retry_at = retry.map(Time);

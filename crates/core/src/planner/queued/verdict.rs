@@ -6,6 +6,7 @@ use jiff::{SignedDuration, Timestamp};
 
 use crate::api::QueuedStatus;
 use crate::autoscaling::{LeanRequest, RequestState};
+use crate::constants::{REQUEST_RETRY_LOST_CAPACITY_SECONDS, REQUEST_RETRY_NO_CAPACITY_SECONDS};
 
 /// Why a request was given up: the event's reason and the status counter it adds to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,8 +31,12 @@ impl Problem {
     /// (asking again at once finds none either), soon after capacity that was there went.
     pub(crate) fn retry_after(self) -> SignedDuration {
         match self {
-            Problem::Failed | Problem::Timeout => SignedDuration::from_secs(60),
-            Problem::Expired | Problem::Revoked => SignedDuration::from_secs(10),
+            Problem::Failed | Problem::Timeout => {
+                SignedDuration::from_secs(REQUEST_RETRY_NO_CAPACITY_SECONDS)
+            }
+            Problem::Expired | Problem::Revoked => {
+                SignedDuration::from_secs(REQUEST_RETRY_LOST_CAPACITY_SECONDS)
+            }
         }
     }
 
