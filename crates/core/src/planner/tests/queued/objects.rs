@@ -1,5 +1,6 @@
-//! What a request asks the autoscaler for: a PodTemplate whose `count` pods can all be
-//! scheduled at once, and the timeouts of what it provisioned.
+//! What a request asks the autoscaler for (a PodTemplate whose `count` pods can all be
+//! scheduled at once), when unused capacity times out, and the requests withdrawn when
+//! the group stops or no longer queues.
 
 use k8s_openapi::api::core::v1::{
     Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
