@@ -125,7 +125,8 @@ async fn apply_in_order(
 }
 
 /// A refused request call recorded in the status (said once per reason, and the group's
-/// next request held back), or the refusal cleared once a request went through. Returns
+/// next request held back), or the refusal cleared once the plan's request calls went
+/// through. Returns
 /// the status written, if one was, and when the refused call is tried again.
 async fn after_requests(
     ctx: &Context,
@@ -145,7 +146,10 @@ async fn after_requests(
             events::publish(&ctx.events, &ctx.ledger, reference, &event);
             Some(status)
         }
-        None if applied.created > 0 => request_refusals::clear(&plan.status),
+        // Every call of the plan went through (a create, or a delete refused before).
+        None if !plan.requests.create.is_empty() || !plan.requests.delete.is_empty() => {
+            request_refusals::clear(&plan.status)
+        }
         None => None,
     };
     let Some(status) = status else {
