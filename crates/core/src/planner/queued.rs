@@ -85,7 +85,13 @@ impl<'a> Planner<'a> {
         let provisioning = self.tc.spec.provisioning_of(group.spec);
         let (Some(class), Some(_)) = (provisioning.and_then(|p| p.queued_class()), &group.shape)
         else {
-            memory.queued = None;
+            // Kept while requests of the group are left, so they are listed (and withdrawn)
+            // until they are gone.
+            let left = self
+                .requests
+                .iter()
+                .any(|r| r.group.as_deref() == Some(group.name()));
+            memory.queued = memory.queued.take().filter(|_| left);
             return Gate::default();
         };
         let class = class.to_string();

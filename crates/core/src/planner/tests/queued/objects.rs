@@ -122,6 +122,11 @@ fn requests_of_a_group_that_no_longer_queues_are_withdrawn() {
         .map(|d| d.name.as_str())
         .collect();
     assert_eq!(withdrawn, ["demo-workers-pr0"]);
+    assert!(
+        world.status().groups[0].queued.is_some(),
+        "listed again while the request is left"
+    );
     world.settle(3);
     assert!(names(&world).is_empty());
+    assert_eq!(world.status().groups[0].queued, None);
 }
