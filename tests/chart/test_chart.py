@@ -28,8 +28,8 @@ WORKLOAD_RULES = {
     ("", "services"): {"get", "list", "watch", "create", "patch"},
     ("events.k8s.io", "events"): {"create", "patch"},
     ("", "events"): {"create", "patch"},
-    ("", "podtemplates"): {"get", "list", "create", "delete"},
-    ("autoscaling.x-k8s.io", "provisioningrequests"): {"get", "list", "watch", "create", "delete"},
+    ("", "podtemplates"): {"get", "create", "delete"},
+    ("autoscaling.x-k8s.io", "provisioningrequests"): {"get", "list", "create", "delete"},
 }
 CLUSTER_READ_RULES = {("", "nodes"): {"get", "list", "watch"}, ("", "pods"): {"get", "list", "watch"}}
 LEASE_RULES = {("coordination.k8s.io", "leases"): {"get", "create", "update"}}

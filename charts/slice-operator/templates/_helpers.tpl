@@ -114,8 +114,8 @@ Exactly the verbs the operator uses; no wildcards.
 # spec.provisioning.mode Queued: a PodTemplate and a ProvisioningRequest per request.
 - apiGroups: [""]
   resources: ["podtemplates"]
-  verbs: ["get", "list", "create", "delete"]
+  verbs: ["get", "create", "delete"]
 - apiGroups: ["autoscaling.x-k8s.io"]
   resources: ["provisioningrequests"]
-  verbs: ["get", "list", "watch", "create", "delete"]
+  verbs: ["get", "list", "create", "delete"]
 {{- end }}

@@ -3,6 +3,7 @@
 //! PodTemplates are created (once, however often applied), listed back as ours only, and
 //! deleted by uid.
 
+use k8s_openapi::api::core::v1::PodTemplate;
 use kube::CustomResourceExt;
 use kube::api::{Api, PostParams};
 use slice_controller::executor::requests::{apply, observe};
@@ -10,7 +11,7 @@ use slice_core::api::{Membership, Provisioning, ProvisioningMode, TrainCluster};
 use slice_core::autoscaling::{ProvisioningRequest, RequestState};
 use slice_core::inventory::Inventory;
 use slice_core::planner::{Plan, PlanInput, RequestActions, RequestDelete, plan};
-use slice_emulator::{Emulator, EmulatorOptions};
+use slice_emulator::{Emulator, EmulatorOptions, Verb};
 use slice_testkit::train_cluster;
 
 async fn queued_cluster(emulator: &Emulator) -> (kube::Client, TrainCluster) {
@@ -26,6 +27,10 @@ async fn queued_cluster(emulator: &Emulator) -> (kube::Client, TrainCluster) {
     });
     let created = api.create(&PostParams::default(), &tc).await.unwrap();
     (client, created)
+}
+
+fn uid(tc: &TrainCluster) -> &str {
+    tc.metadata.uid.as_deref().unwrap()
 }
 
 fn planned(tc: &TrainCluster) -> Plan {
@@ -57,8 +62,12 @@ async fn a_plans_requests_are_created_once_listed_as_ours_and_deleted_by_uid() {
     let (client, tc) = queued_cluster(&emulator).await;
     let plan = planned(&tc);
     assert_eq!(plan.requests.create.len(), 1);
-    apply(&client, "default", &plan.requests).await.unwrap();
-    apply(&client, "default", &plan.requests).await.unwrap();
+    apply(&client, "default", uid(&tc), &plan.requests)
+        .await
+        .unwrap();
+    apply(&client, "default", uid(&tc), &plan.requests)
+        .await
+        .unwrap();
     let seen = observe(&client, &tc).await.unwrap().unwrap();
     assert_eq!(seen.len(), 1);
     assert_eq!(seen[0].name, "demo-workers-pr0");
@@ -94,7 +103,7 @@ async fn a_plans_requests_are_created_once_listed_as_ours_and_deleted_by_uid() {
             uid: Some("some-other-uid".into()),
         }],
     };
-    apply(&client, "default", &stale).await.unwrap();
+    apply(&client, "default", uid(&tc), &stale).await.unwrap();
     assert!(
         requests
             .get_opt("demo-workers-pr0")
@@ -109,8 +118,8 @@ async fn a_plans_requests_are_created_once_listed_as_ours_and_deleted_by_uid() {
             ..stale.delete[0].clone()
         }],
     };
-    apply(&client, "default", &delete).await.unwrap();
-    apply(&client, "default", &delete).await.unwrap();
+    apply(&client, "default", uid(&tc), &delete).await.unwrap();
+    apply(&client, "default", uid(&tc), &delete).await.unwrap();
     assert!(
         requests
             .get_opt("demo-workers-pr0")
@@ -125,4 +134,98 @@ async fn a_plans_requests_are_created_once_listed_as_ours_and_deleted_by_uid() {
             .unwrap()
             .is_none()
     );
+}
+
+/// A request the API server refuses (here a role without the verbs, as an older chart's)
+/// is returned as a refusal, not an error, and leaves no PodTemplate behind.
+#[tokio::test]
+async fn a_refused_request_is_a_refusal_and_leaves_no_template() {
+    let emulator = Emulator::start(EmulatorOptions::default()).await.unwrap();
+    emulator.install_crd(&ProvisioningRequest::crd()).unwrap();
+    let (client, tc) = queued_cluster(&emulator).await;
+    let plan = planned(&tc);
+    emulator
+        .faults()
+        .fail_resource(Verb::Create, "provisioningrequests", 1.0, 403);
+    let applied = apply(&client, "default", uid(&tc), &plan.requests)
+        .await
+        .expect("a refusal is no error");
+    let refusal = applied.refusal.expect("refused");
+    assert_eq!(
+        (refusal.code, refusal.request.as_str()),
+        (403, "demo-workers-pr0")
+    );
+    assert_eq!(applied.created, 0);
+    let templates: Api<PodTemplate> = Api::namespaced(client.clone(), "default");
+    let left = templates.list(&Default::default()).await.unwrap();
+    assert!(
+        left.items.is_empty(),
+        "the template is deleted with its request refused"
+    );
+}
+
+/// A PodTemplate of the name that is not ours is neither used nor deleted.
+#[tokio::test]
+async fn someone_elses_template_under_the_name_is_never_used_nor_deleted() {
+    let emulator = Emulator::start(EmulatorOptions::default()).await.unwrap();
+    emulator.install_crd(&ProvisioningRequest::crd()).unwrap();
+    let (client, tc) = queued_cluster(&emulator).await;
+    let plan = planned(&tc);
+    let mut foreign = plan.requests.create[0].template.clone();
+    foreign.metadata.owner_references = None;
+    let templates: Api<PodTemplate> = Api::namespaced(client.clone(), "default");
+    templates
+        .create(&PostParams::default(), &foreign)
+        .await
+        .unwrap();
+    let applied = apply(&client, "default", uid(&tc), &plan.requests)
+        .await
+        .unwrap();
+    assert_eq!(applied.refusal.map(|r| r.code), Some(409));
+    let requests: Api<ProvisioningRequest> = Api::namespaced(client.clone(), "default");
+    assert!(
+        requests
+            .get_opt("demo-workers-pr0")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let withdraw = RequestActions {
+        create: Vec::new(),
+        delete: vec![RequestDelete {
+            group: "workers".into(),
+            name: "demo-workers-pr0".into(),
+            uid: None,
+        }],
+    };
+    apply(&client, "default", uid(&tc), &withdraw)
+        .await
+        .unwrap();
+    assert!(
+        templates
+            .get_opt("demo-workers-pr0")
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
+/// A cluster that no longer queues still lists the requests its status says it had, so
+/// the planner can withdraw them.
+#[tokio::test]
+async fn a_cluster_that_stopped_queuing_still_lists_its_requests() {
+    let emulator = Emulator::start(EmulatorOptions::default()).await.unwrap();
+    emulator.install_crd(&ProvisioningRequest::crd()).unwrap();
+    let (client, tc) = queued_cluster(&emulator).await;
+    let plan = planned(&tc);
+    apply(&client, "default", uid(&tc), &plan.requests)
+        .await
+        .unwrap();
+    let mut stopped = tc.clone();
+    stopped.spec.provisioning = None;
+    stopped.status = Some(plan.status.clone());
+    let seen = observe(&client, &stopped).await.unwrap().unwrap();
+    assert_eq!(seen.len(), 1);
+    stopped.status = None;
+    assert_eq!(observe(&client, &stopped).await.unwrap(), Some(Vec::new()));
 }

@@ -101,6 +101,8 @@ pub struct LeanRequest {
     /// How many slices it asks for.
     pub slices: u32,
     pub created: Option<Timestamp>,
+    /// When its `Provisioned` condition became true: unused capacity times out from then.
+    pub provisioned_at: Option<Timestamp>,
     pub deleting: bool,
     pub state: RequestState,
 }
@@ -126,10 +128,18 @@ impl LeanRequest {
                 .and_then(|s| s.parse().ok())
                 .unwrap_or(1),
             created: request.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            provisioned_at: provisioned_at(conditions),
             deleting: request.metadata.deletion_timestamp.is_some(),
             state: state_of(conditions),
         }
     }
+}
+
+fn provisioned_at(conditions: &[Condition]) -> Option<Timestamp> {
+    conditions
+        .iter()
+        .find(|c| c.type_ == PROVISIONED && c.status == "True")
+        .map(|c| c.last_transition_time.0)
 }
 
 /// The state the conditions say, the gravest first.

@@ -200,3 +200,14 @@ pub const HEAD_SUFFIX: &str = "-head";
 /// up to this many digits each, so cluster + group names may use 63 - 3 - 2*4 characters.
 pub const INDEX_DIGITS_RESERVED: usize = 4;
 pub const MAX_CLUSTER_PLUS_GROUP_NAME: usize = 63 - 3 - 2 * INDEX_DIGITS_RESERVED;
+
+/// ProvisioningRequests are listed, not watched: a group with one is looked at again this
+/// often (seconds).
+pub const REQUEST_POLL_SECONDS: i64 = 15;
+/// The wait before a new request after one failed or timed out (capacity was not found:
+/// asking again at once finds none either), in seconds.
+pub const REQUEST_RETRY_NO_CAPACITY_SECONDS: i64 = 60;
+/// The wait before a new request after capacity that was there went (expired, revoked).
+pub const REQUEST_RETRY_LOST_CAPACITY_SECONDS: i64 = 10;
+/// Requests given up in a row double the wait, at most this many times (16 x).
+pub const REQUEST_BACKOFF_MAX_DOUBLINGS: u32 = 4;

@@ -490,3 +490,45 @@ fn operator_validation_refuses_queued_provisioning_without_a_class() {
         "{e:?}"
     );
 }
+
+/// A class name the ProvisioningRequest API refuses (it must be a lowercase DNS subdomain)
+/// is refused by the schema and by the operator, naming the field, before any request.
+#[test]
+fn a_class_name_the_request_api_refuses_is_refused_up_front() {
+    let schema = schema();
+    let spec = &schema["properties"]["spec"]["properties"];
+    let class = &spec["provisioning"]["properties"]["className"];
+    assert_eq!(
+        class["pattern"],
+        r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+    );
+    let mut tc = train_cluster(Membership::Multislice, 1, 2);
+    tc.spec.provisioning = Some(slice_core::api::Provisioning {
+        mode: slice_core::api::ProvisioningMode::Queued,
+        class_name: Some("Queued_Provisioning".into()),
+        timeout_seconds: 600,
+    });
+    let e = errors_of(&tc);
+    assert!(
+        e.len() == 1
+            && e[0].starts_with("spec.provisioning.className:")
+            && e[0].contains("lowercase"),
+        "{e:?}"
+    );
+    for good in ["queued-provisioning.gke.io", "a"] {
+        tc.spec.provisioning.as_mut().unwrap().class_name = Some(good.into());
+        assert!(errors_of(&tc).is_empty(), "{good}");
+    }
+    for bad in ["-a", "a.", "a..b", "gke.io-"] {
+        tc.spec.worker_groups[0].provisioning = Some(slice_core::api::Provisioning {
+            mode: slice_core::api::ProvisioningMode::Queued,
+            class_name: Some(bad.into()),
+            timeout_seconds: 600,
+        });
+        let e = errors_of(&tc);
+        assert!(
+            e.len() == 1 && e[0].starts_with("spec.workerGroups[0].provisioning.className:"),
+            "{bad}: {e:?}"
+        );
+    }
+}

@@ -18,7 +18,7 @@ use kube::api::Api;
 use kube::core::DynamicObject;
 use kube::{Resource, ResourceExt};
 use slice_core::api::{TrainCluster, TrainClusterStatus};
-use slice_core::planner::{self, creates};
+use slice_core::planner::{self, creates, request_refusals};
 use tracing::{info, warn};
 
 use crate::context::Context;
@@ -80,10 +80,34 @@ async fn apply_in_order(
             info!(phase = ?plan.status.phase, desired = plan.status.desired_slices, ready = plan.status.ready_slices, "phase changed");
         }
     }
-    // The requests' count (`groups[].queued.made`) is in the status written above.
+    // The requests' count (`groups[].queued.made`) is in the status written above. A
+    // request the API server refuses holds back no pod action (of any group).
     ctx.fence.check()?;
-    requests::apply(&ctx.client, &namespace, &plan.requests).await?;
+    let requested = requests::apply(&ctx.client, &namespace, uid_of(tc), &plan.requests).await;
     let acted = pod_actions::apply_pods(ctx, tc, plan, work.relists, progress).await;
+    let (recorded, request_error) = match requested {
+        Ok(applied) => (
+            after_requests(ctx, &api, tc, plan, &applied, &reference).await?,
+            None,
+        ),
+        Err(e) => {
+            warn!(error = %e, "could not apply the plan's ProvisioningRequests");
+            ((None, None), Some(e))
+        }
+    };
+    // What the pods' outcome is recorded on: the status with the requests' outcome.
+    let (status, request_retry) = recorded;
+    let with_requests;
+    let plan = match status {
+        Some(status) => {
+            with_requests = planner::Plan {
+                status,
+                ..plan.clone()
+            };
+            &with_requests
+        }
+        None => plan,
+    };
     // After the actions (the status change above is one): an event says what happened.
     let done: Vec<_> = plan
         .events
@@ -93,7 +117,52 @@ async fn apply_in_order(
         .collect();
     events::publish(&ctx.events, &ctx.ledger, &reference, &done);
     let retry = after_pods(ctx, &api, tc, plan, acted, progress, &reference).await?;
+    if let Some(e) = request_error {
+        return Err(e);
+    }
+    let retry = retry.into_iter().chain(request_retry).min();
     service.map(|_| retry)
+}
+
+/// A refused request call recorded in the status (said once per reason, and the group's
+/// next request held back), or the refusal cleared once the plan's request calls went
+/// through. Returns
+/// the status written, if one was, and when the refused call is tried again.
+async fn after_requests(
+    ctx: &Context,
+    api: &Api<DynamicObject>,
+    tc: &TrainCluster,
+    plan: &planner::Plan,
+    applied: &requests::Applied,
+    reference: &k8s_openapi::api::core::v1::ObjectReference,
+) -> Result<(Option<TrainClusterStatus>, Option<Duration>)> {
+    let now = jiff::Timestamp::now();
+    let status = match &applied.refusal {
+        Some(refusal) => {
+            warn!(request = %refusal.request, code = refusal.code, message = %refusal.message, "the API server refused a ProvisioningRequest call");
+            let generation = tc.metadata.generation;
+            let (status, event) = request_refusals::record(&plan.status, refusal, generation, now);
+            let event: Vec<_> = event.into_iter().collect();
+            events::publish(&ctx.events, &ctx.ledger, reference, &event);
+            Some(status)
+        }
+        // Every call of the plan went through (a create, or a delete refused before).
+        None if !plan.requests.create.is_empty() || !plan.requests.delete.is_empty() => {
+            request_refusals::clear(&plan.status)
+        }
+        None => None,
+    };
+    let Some(status) = status else {
+        return Ok((None, None));
+    };
+    write_memory(ctx, api, tc, &status).await?;
+    let retry = applied
+        .refusal
+        .as_ref()
+        .and_then(|r| status.groups.iter().find(|g| g.name == r.group))
+        .and_then(|g| g.queued.as_ref()?.retry_at.as_ref())
+        .and_then(|t| Duration::try_from(t.0.duration_since(now)).ok());
+    Ok((Some(status), retry))
 }
 
 /// After the pod actions: a refused create recorded in the status (and its retry time),

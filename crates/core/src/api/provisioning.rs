@@ -19,7 +19,10 @@ pub struct Provisioning {
     /// `queued-provisioning.gke.io` (GKE DWS flex-start) or
     /// `best-effort-atomic-scale-up.autoscaling.x-k8s.io`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
     pub class_name: Option<String>,
 
     /// How long one request for a slice may wait for its nodes (GKE often needs 5 to 20
@@ -47,6 +50,18 @@ pub enum ProvisioningMode {
     /// `cluster-autoscaler.kubernetes.io/consume-provisioning-request`. A request that
     /// fails, expires unused or is revoked is replaced, uncharged.
     Queued,
+}
+
+/// Whether `class` is a name the ProvisioningRequest API takes: a lowercase DNS subdomain
+/// (its `provisioningClassName` pattern), at most 253 characters.
+pub fn valid_class_name(class: &str) -> bool {
+    let label = |l: &str| {
+        let inner = l
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        inner && !l.is_empty() && !l.starts_with('-') && !l.ends_with('-')
+    };
+    class.len() <= 253 && class.split('.').all(label)
 }
 
 impl Provisioning {

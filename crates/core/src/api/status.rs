@@ -336,6 +336,8 @@ pub const CONDITION_SUCCEEDED: &str = "Succeeded";
 pub const CONDITION_NODE_LOSS_HELD: &str = "NodeLossHeld";
 /// The API server rejected a pod create (as a ReplicaSet's `ReplicaFailure`).
 pub const CONDITION_REPLICA_FAILURE: &str = "ReplicaFailure";
+/// The API server refused a ProvisioningRequest (or its PodTemplate) call.
+pub const CONDITION_REQUESTS_REFUSED: &str = "ProvisioningRequestsRefused";
 
 #[cfg(test)]
 mod tests {

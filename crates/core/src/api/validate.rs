@@ -231,7 +231,7 @@ pub fn resolve(tc: &TrainCluster) -> Result<Vec<ResolvedGroup<'_>>, Vec<FieldErr
     }
 }
 
-/// `mode: Queued` names the ProvisioningRequest class, in `spec.provisioning` and in each
+/// `mode: Queued` names a valid ProvisioningRequest class, in `spec.provisioning` and in each
 /// group's own (CEL says so too; this catches a CRD installed without its rules).
 fn queued_without_class(spec: &super::TrainClusterSpec) -> Vec<FieldError> {
     let groups = spec.worker_groups.iter().enumerate();
@@ -245,13 +245,17 @@ fn queued_without_class(spec: &super::TrainClusterSpec) -> Vec<FieldError> {
         .map(|p| ("spec.provisioning".to_string(), p));
     top.into_iter()
         .chain(own)
-        .filter(|(_, p)| {
-            p.mode == super::ProvisioningMode::Queued
-                && p.class_name.as_deref().is_none_or(|c| c.is_empty())
-        })
-        .map(|(at, _)| FieldError {
-            field: format!("{at}.className"),
-            message: "is required with mode Queued: name the ProvisioningRequest class, e.g. queued-provisioning.gke.io".into(),
+        .filter(|(_, p)| p.mode == super::ProvisioningMode::Queued)
+        .filter_map(|(at, p)| {
+            let message = match p.class_name.as_deref() {
+                None | Some("") => "is required with mode Queued: name the ProvisioningRequest class, e.g. queued-provisioning.gke.io",
+                Some(c) if !super::provisioning::valid_class_name(c) => "is no ProvisioningRequest class name: a lowercase DNS subdomain (letters, digits, '-' and '.'), e.g. queued-provisioning.gke.io",
+                Some(_) => return None,
+            };
+            Some(FieldError {
+                field: format!("{at}.className"),
+                message: message.into(),
+            })
         })
         .collect()
 }

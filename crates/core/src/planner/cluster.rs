@@ -195,6 +195,7 @@ impl<'a> Planner<'a> {
             summaries.push(self.plan_group(group, &pods, memory, sticky.as_ref()));
         }
         self.refill_all_spares(groups, &mut summaries);
+        self.withdraw_unqueued_requests(groups);
         self.delete_unknown_groups(by_group);
         if completion::all_workers_succeeded(tc, &summaries) {
             let status = self.cluster_status(&summaries, None, None);

@@ -194,7 +194,7 @@ fn rejection(status: &TrainClusterStatus) -> Option<&Condition> {
 
 /// Whether two refusals have one reason: their messages differ in figures alone (a quota's
 /// `used: pods=10` that was `pods=9`, the index in a pod's name).
-fn same_reason(a: &str, b: &str) -> bool {
+pub(super) fn same_reason(a: &str, b: &str) -> bool {
     let words = |m: &str| {
         m.chars()
             .filter(|c| !c.is_ascii_digit())

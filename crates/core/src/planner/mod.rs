@@ -52,6 +52,7 @@ pub mod refused;
 mod rejections;
 mod relabel;
 pub mod render;
+pub mod request_refusals;
 mod retire;
 pub mod revision;
 mod rollout;

@@ -26,7 +26,9 @@ use super::types::{EventType, RequestCreate, RequestDelete};
 use crate::api::validate::ResolvedGroup;
 use crate::api::{GroupStatus, Membership, QueuedStatus};
 use crate::autoscaling::LeanRequest;
-use crate::constants::LABEL_PROVISIONING_REQUEST;
+use crate::constants::{
+    LABEL_PROVISIONING_REQUEST, REQUEST_BACKOFF_MAX_DOUBLINGS, REQUEST_POLL_SECONDS,
+};
 use crate::lean::LeanPod;
 
 /// A cluster without the ProvisioningRequest API cannot queue: the reason and message of
@@ -45,7 +47,7 @@ pub(super) fn asks_for_requests(tc: &crate::api::TrainCluster) -> bool {
 
 /// Requests are listed, not watched: while the group has one, it is looked at again this
 /// often (a condition set, capacity revoked).
-const REQUEST_POLL: SignedDuration = SignedDuration::from_secs(15);
+const REQUEST_POLL: SignedDuration = SignedDuration::from_secs(REQUEST_POLL_SECONDS);
 
 /// What the group's requests allow its workers this round.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -83,7 +85,13 @@ impl<'a> Planner<'a> {
         let provisioning = self.tc.spec.provisioning_of(group.spec);
         let (Some(class), Some(_)) = (provisioning.and_then(|p| p.queued_class()), &group.shape)
         else {
-            memory.queued = None;
+            // Kept while requests of the group are left, so they are listed (and withdrawn)
+            // until they are gone.
+            let left = self
+                .requests
+                .iter()
+                .any(|r| r.group.as_deref() == Some(group.name()));
+            memory.queued = memory.queued.take().filter(|_| left);
             return Gate::default();
         };
         let class = class.to_string();
@@ -107,6 +115,7 @@ impl<'a> Planner<'a> {
             timeout: SignedDuration::from_secs(i64::from(timeout)),
             now: self.now,
             consumed: false,
+            stopped: asking.stopped,
         };
         let (pending, provisioned) =
             self.judge_requests(group.name(), &viewing, &used, &consumers, &mut status);
@@ -179,6 +188,27 @@ impl<'a> Planner<'a> {
             }
         }
         (pending, provisioned)
+    }
+
+    /// Requests of groups that no longer queue (their mode changed, or they were removed)
+    /// are withdrawn: nobody would take their capacity.
+    pub(super) fn withdraw_unqueued_requests(&mut self, groups: &[ResolvedGroup<'_>]) {
+        let queueing: BTreeSet<&str> = groups
+            .iter()
+            .filter(|g| g.shape.is_some())
+            .filter(|g| {
+                let provisioning = self.tc.spec.provisioning_of(g.spec);
+                provisioning.and_then(|p| p.queued_class()).is_some()
+            })
+            .map(|g| g.name())
+            .collect();
+        let requests: &[LeanRequest] = self.requests;
+        for request in requests.iter().filter(|r| !r.deleting) {
+            let group = request.group.as_deref().unwrap_or_default();
+            if !queueing.contains(group) {
+                self.withdraw_request(group, request, "the group no longer queues");
+            }
+        }
     }
 
     /// Make the requests for `need` slices: one for them all (Multislice, unless one of
@@ -271,7 +301,7 @@ impl<'a> Planner<'a> {
         problem.count(status);
         status.last_problem = Some(format!("{}: {why}", problem.code()));
         // A backoff: each request given up in a row doubles the wait, up to 16 times.
-        let doubling = 1 << status.streak.min(4);
+        let doubling = 1 << status.streak.min(REQUEST_BACKOFF_MAX_DOUBLINGS);
         status.streak += 1;
         let retry = self.now.checked_add(problem.retry_after() * doubling).ok();
         status.retry_at = retry.map(Time);

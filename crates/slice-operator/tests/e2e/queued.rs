@@ -6,12 +6,16 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::PodTemplate;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 use kube::api::{Api, ListParams, PostParams};
-use slice_core::api::{Membership, Phase, Provisioning, ProvisioningMode};
+use slice_core::api::{
+    CONDITION_REQUESTS_REFUSED, HeadSpec, Membership, Phase, Provisioning, ProvisioningMode,
+};
 use slice_core::autoscaling::ProvisioningRequest;
 use slice_core::constants::LABEL_CLUSTER;
+use slice_emulator::Verb;
 use slice_sim::QueuedProvisioner;
 
 use super::capacity::pools_at_zero;
@@ -162,5 +166,64 @@ async fn without_the_provisioning_request_api_a_queued_cluster_is_told_so() {
     let plain = env.train_cluster("plain", Membership::Multislice, 1, 1);
     env.create(&plain).await;
     env.wait_running("plain", 1, 4).await;
+    env.stop().await;
+}
+
+/// A request the API server refuses (an older chart's RBAC: 403) holds back no pod action:
+/// the head pod is created all the same; the refusal is a condition naming the RBAC fix,
+/// no PodTemplate is left per try, and once allowed the request is made and the condition
+/// cleared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_request_is_reported_and_holds_back_no_pod() {
+    let env = env_with("queued-refused", 0).await;
+    serve_provisioning_requests(&env).await;
+    let faults = env.emulator.as_ref().unwrap().faults();
+    faults.fail_resource(Verb::Create, "provisioningrequests", 1.0, 403);
+    let mut tc = env.train_cluster("refused", Membership::Multislice, 1, 1);
+    tc.spec.provisioning = Some(Provisioning {
+        mode: ProvisioningMode::Queued,
+        class_name: Some(CLASS.into()),
+        timeout_seconds: 600,
+    });
+    let mut head = slice_testkit::worker_template(0);
+    head.spec.as_mut().unwrap().containers[0].resources = None;
+    tc.spec.head = Some(HeadSpec { template: head });
+    env.create(&tc).await;
+
+    let refused = env
+        .wait_for("the refusal reported", Duration::from_secs(30), || async {
+            let status = env.tcs().get("refused").await.ok()?.status?;
+            let condition = status
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == CONDITION_REQUESTS_REFUSED && c.status == "True")?;
+            let streak = status.groups.first()?.queued.as_ref()?.streak;
+            (streak >= 2).then_some(condition)
+        })
+        .await;
+    assert!(
+        refused.message.contains("podtemplates"),
+        "{}",
+        refused.message
+    );
+    assert!(
+        env.pods().get_opt("refused-head").await.unwrap().is_some(),
+        "the head pod is created while requests are refused"
+    );
+    let templates: Api<PodTemplate> = Api::namespaced(env.client.clone(), &env.namespace);
+    let left = templates.list(&ListParams::default()).await.unwrap();
+    assert!(left.items.is_empty(), "no PodTemplate piles up");
+
+    faults.clear();
+    env.wait_for("the request made", Duration::from_secs(60), || async {
+        let status = env.tcs().get("refused").await.ok()?.status?;
+        let refused = status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == CONDITION_REQUESTS_REFUSED);
+        let made = request_names(&env, "refused").await;
+        (!refused && made.len() == 1).then_some(())
+    })
+    .await;
     env.stop().await;
 }

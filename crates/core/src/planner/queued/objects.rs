@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{PodTemplate, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{Affinity, PodTemplate, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::api::TrainCluster;
@@ -47,9 +47,14 @@ pub(crate) fn request_objects(
         slice: None,
         template_hash: asked.template_hash.to_string(),
     };
-    // Host 0's worker pod, unpinned: the node selector, affinity, tolerations and TPU
-    // requests the autoscaler provisions for are the workers' own.
-    let pod = render::worker_pod(tc, group, &placement, 0);
+    // Host 0's worker pod, unpinned: the node selector, tolerations and TPU requests the
+    // autoscaler provisions for are the workers' own. Its affinity is the user's alone: the
+    // operator's terms on the group key would put all `count` pods (every slice's hosts)
+    // in one node pool, so an autoscaler simulating them would never provision 2 slices.
+    let mut pod = render::worker_pod(tc, group, &placement, 0);
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.affinity = users_affinity(group);
+    }
     let template = PodTemplate {
         metadata: metadata.clone(),
         template: Some(PodTemplateSpec {
@@ -77,6 +82,11 @@ pub(crate) fn request_objects(
         status: None,
     };
     (template, request)
+}
+
+fn users_affinity(group: &ResolvedGroup<'_>) -> Option<Affinity> {
+    let template = group.spec.template.spec.as_ref();
+    template.and_then(|s| s.affinity.clone())
 }
 
 fn metadata(tc: &TrainCluster, group: &str, asked: &Asked<'_>) -> ObjectMeta {

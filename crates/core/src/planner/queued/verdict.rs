@@ -6,6 +6,7 @@ use jiff::{SignedDuration, Timestamp};
 
 use crate::api::QueuedStatus;
 use crate::autoscaling::{LeanRequest, RequestState};
+use crate::constants::{REQUEST_RETRY_LOST_CAPACITY_SECONDS, REQUEST_RETRY_NO_CAPACITY_SECONDS};
 
 /// Why a request was given up: the event's reason and the status counter it adds to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,8 +31,12 @@ impl Problem {
     /// (asking again at once finds none either), soon after capacity that was there went.
     pub(crate) fn retry_after(self) -> SignedDuration {
         match self {
-            Problem::Failed | Problem::Timeout => SignedDuration::from_secs(60),
-            Problem::Expired | Problem::Revoked => SignedDuration::from_secs(10),
+            Problem::Failed | Problem::Timeout => {
+                SignedDuration::from_secs(REQUEST_RETRY_NO_CAPACITY_SECONDS)
+            }
+            Problem::Expired | Problem::Revoked => {
+                SignedDuration::from_secs(REQUEST_RETRY_LOST_CAPACITY_SECONDS)
+            }
         }
     }
 
@@ -66,6 +71,8 @@ pub(crate) struct Viewing<'v> {
     pub now: Timestamp,
     /// Some pod of the group consumes it.
     pub consumed: bool,
+    /// Suspended, failed or finished: capacity no worker took is handed back.
+    pub stopped: bool,
 }
 
 pub(crate) fn judge(request: &LeanRequest, v: &Viewing<'_>) -> Verdict {
@@ -77,6 +84,10 @@ pub(crate) fn judge(request: &LeanRequest, v: &Viewing<'_>) -> Verdict {
         false => "the group restarted into a new epoch".to_string(),
     };
     match &request.state {
+        // Not a problem of the request's: nothing to count, nothing to make again.
+        _ if v.stopped && !v.consumed => {
+            Verdict::Withdraw("the group is suspended, failed or finished".into())
+        }
         RequestState::Revoked(why) => Verdict::GiveUp(Problem::Revoked, why.clone()),
         RequestState::Failed(why) => Verdict::GiveUp(Problem::Failed, why.clone()),
         // A booking used by the workers has done its work; theirs the capacity stays.
@@ -90,19 +101,21 @@ pub(crate) fn judge(request: &LeanRequest, v: &Viewing<'_>) -> Verdict {
         }
         // Capacity no worker could take in all that time (its nodes went, or never fit):
         // asked for again.
-        RequestState::Provisioned if !v.consumed && timed_out(request, v) => Verdict::GiveUp(
-            Problem::Timeout,
-            format!(
-                "provisioned, but no worker took its capacity within spec.provisioning.timeoutSeconds ({} s)",
-                v.timeout.as_secs()
-            ),
-        ),
+        RequestState::Provisioned if !v.consumed && timed_out(provisioned_at(request), v) => {
+            Verdict::GiveUp(
+                Problem::Timeout,
+                format!(
+                    "provisioned, but no worker took its capacity within spec.provisioning.timeoutSeconds ({} s)",
+                    v.timeout.as_secs()
+                ),
+            )
+        }
         RequestState::Provisioned => Verdict::Provisioned,
         RequestState::Pending if stale => Verdict::Withdraw(why_stale()),
         RequestState::Pending if v.want == 0 => {
             Verdict::Withdraw("the group asks for no more slices".into())
         }
-        RequestState::Pending if timed_out(request, v) => Verdict::GiveUp(
+        RequestState::Pending if timed_out(request.created, v) => Verdict::GiveUp(
             Problem::Timeout,
             format!(
                 "not provisioned within spec.provisioning.timeoutSeconds ({} s)",
@@ -113,9 +126,14 @@ pub(crate) fn judge(request: &LeanRequest, v: &Viewing<'_>) -> Verdict {
     }
 }
 
-fn timed_out(request: &LeanRequest, v: &Viewing<'_>) -> bool {
-    request
-        .created
+/// Provisioned capacity is timed from when it came, not from when it was asked for (a
+/// request may wait in the queue for most of the timeout).
+fn provisioned_at(request: &LeanRequest) -> Option<Timestamp> {
+    request.provisioned_at.or(request.created)
+}
+
+fn timed_out(since: Option<Timestamp>, v: &Viewing<'_>) -> bool {
+    since
         .and_then(|t| t.checked_add(v.timeout).ok())
         .is_some_and(|deadline| deadline <= v.now)
 }

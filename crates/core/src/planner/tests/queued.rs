@@ -359,3 +359,4 @@ fn a_slice_lost_from_used_capacity_is_asked_for_again_and_the_fresh_request_cons
 }
 
 mod conditions;
+mod objects;

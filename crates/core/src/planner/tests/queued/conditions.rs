@@ -132,18 +132,19 @@ fn a_request_pending_past_the_timeout_is_given_up_uncharged() {
 fn capacity_provisioned_but_never_taken_is_asked_for_again_after_the_timeout() {
     let mut world = queued(Membership::Multislice, 2, 2);
     world.settle(3);
-    // Provisioned, but its nodes never come.
+    // Provisioned, but its nodes never come: timed from then.
+    let provisioned = world.now;
     set_condition(
         &mut world.requests,
         "demo-workers-pr0",
         PROVISIONED,
         "Ok",
-        world.now,
+        provisioned,
     );
     world.settle(3);
-    world.now = at(599);
+    world.now = provisioned + secs(599);
     assert!(world.step().requests.delete.is_empty());
-    world.now = at(600);
+    world.now = provisioned + secs(600);
     let plan = world.step();
     assert_eq!(plan.requests.delete.len(), 1);
     assert!(event_reasons(&plan).contains(&"ProvisioningTimeout"));
