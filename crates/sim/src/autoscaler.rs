@@ -121,7 +121,7 @@ impl State {
             .into_iter()
             .filter(is_pending)
             .collect();
-        let empty = self.empty_pools(client).await?;
+        let empty = empty_pools(client, &self.pools).await?;
         self.note_pending(&pending, now);
         for (uid, pool) in self.choose(&pending, &empty, now) {
             let spec = self
@@ -135,31 +135,6 @@ impl State {
             self.asked.insert(uid, (pool, None));
         }
         Ok(())
-    }
-
-    /// Autoscaled pools with no node now.
-    async fn empty_pools(&self, client: &Client) -> Result<HashSet<String>, crate::SimError> {
-        let api: Api<Node> = Api::all(client.clone());
-        let names: Vec<&str> = self.pools.iter().map(|p| p.name.as_str()).collect();
-        let selector = format!("{NODE_LABEL_NODEPOOL} in ({})", names.join(","));
-        let present: HashSet<String> = api
-            .list(&ListParams::default().labels(&selector))
-            .await?
-            .items
-            .iter()
-            .filter_map(|n| {
-                n.metadata
-                    .labels
-                    .as_ref()?
-                    .get(NODE_LABEL_NODEPOOL)
-                    .cloned()
-            })
-            .collect();
-        Ok(names
-            .into_iter()
-            .filter(|n| !present.contains(*n))
-            .map(str::to_string)
-            .collect())
     }
 
     fn note_pending(&mut self, pending: &[Pod], now: Instant) {
@@ -220,6 +195,37 @@ fn uid(pod: &Pod) -> String {
 fn is_pending(pod: &Pod) -> bool {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     pod.metadata.deletion_timestamp.is_none() && matches!(phase, None | Some("Pending"))
+}
+
+/// The pools among `pools` with no node now (autoscaled pools at zero). One labelled list.
+pub(crate) async fn empty_pools(
+    client: &Client,
+    pools: &[NodePoolSpec],
+) -> Result<HashSet<String>, crate::SimError> {
+    if pools.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let api: Api<Node> = Api::all(client.clone());
+    let names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
+    let selector = format!("{NODE_LABEL_NODEPOOL} in ({})", names.join(","));
+    let present: HashSet<String> = api
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items
+        .iter()
+        .filter_map(|n| {
+            n.metadata
+                .labels
+                .as_ref()?
+                .get(NODE_LABEL_NODEPOOL)
+                .cloned()
+        })
+        .collect();
+    Ok(names
+        .into_iter()
+        .filter(|n| !present.contains(*n))
+        .map(str::to_string)
+        .collect())
 }
 
 #[cfg(test)]

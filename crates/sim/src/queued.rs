@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, Pod, PodTemplate};
+use k8s_openapi::api::core::v1::{Pod, PodTemplate};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
@@ -20,7 +20,6 @@ use serde_json::json;
 use slice_core::autoscaling::{
     ACCEPTED, CAPACITY_REVOKED, FAILED, PROVISIONED, ProvisioningRequest, RequestState, state_of,
 };
-use slice_core::constants::NODE_LABEL_NODEPOOL;
 
 use crate::error::SimError;
 use crate::nodes::{self, NodePoolSpec, build_node};
@@ -134,7 +133,7 @@ impl State {
                 continue;
             };
             let pod = template_pod(client, request).await?;
-            let empty = self.empty_pools(client).await?;
+            let empty = crate::autoscaler::empty_pools(client, &self.pools).await?;
             let chosen = self.choose(request, &pod, &empty, &taken)?;
             let delay = chosen
                 .iter()
@@ -188,23 +187,6 @@ impl State {
             .filter(fits)
             .take(needed)
             .cloned()
-            .collect())
-    }
-
-    async fn empty_pools(&self, client: &Client) -> Result<HashSet<String>, SimError> {
-        let api: Api<Node> = Api::all(client.clone());
-        let present: HashSet<String> = api
-            .list(&ListParams::default())
-            .await?
-            .items
-            .iter()
-            .filter_map(|n| n.labels().get(NODE_LABEL_NODEPOOL).cloned())
-            .collect();
-        Ok(self
-            .pools
-            .iter()
-            .map(|p| p.name.clone())
-            .filter(|n| !present.contains(n))
             .collect())
     }
 }
