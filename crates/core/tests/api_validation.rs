@@ -201,6 +201,18 @@ fn operator_validation_names_the_field_and_the_fix() {
     let e = errors_of(&tc);
     assert!(e[0].contains("not a whole number of 4-chip hosts"), "{e:?}");
 
+    // Four 1-chip hosts as a 2x2 slice: GKE has no such machine shape.
+    let mut tc = base();
+    tc.spec.worker_groups[0] = tpu_group("workers", "tpu-v6e-slice", "2x2", 1, 1, 1);
+    let e = errors_of(&tc);
+    assert!(
+        e[0].starts_with("spec.workerGroups[0].tpu:")
+            && e[0].contains("only as a single-host slice of 1 chip (topology 1x1)")
+            && e[0]
+                .contains("set the container's google.com/tpu request (or tpu.chipsPerHost) to 4"),
+        "{e:?}"
+    );
+
     let mut tc = base();
     tc.spec.elastic.allowed_slice_counts = vec![4, 8];
     let e = errors_of(&tc);

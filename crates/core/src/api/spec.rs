@@ -182,7 +182,8 @@ pub struct TpuSpec {
     pub topology: String,
 
     /// Chips per host. Defaults to the containers' `google.com/tpu` request, then to the
-    /// generation's usual value. Needed to tell 1x8-chip from 2x4-chip `2x4` slices.
+    /// generation's usual value. Needed to tell 1x8-chip from 2x4-chip `2x4` slices. 1 and 8
+    /// make single-host slices only (`1x1`, `2x4`); every multi-host slice has 4.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 8))]
     pub chips_per_host: Option<u32>,

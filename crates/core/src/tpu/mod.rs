@@ -5,7 +5,7 @@
 mod offered;
 mod types;
 pub use offered::{TOPOLOGIES_2D, not_offered};
-pub use types::{Generation, ShapeError, Topology};
+pub use types::{Generation, MULTI_HOST_CHIPS, ShapeError, Topology};
 
 /// The resolved shape of one slice: what every replica group is made of.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -55,6 +55,14 @@ impl SliceShape {
                 topology: topology.to_string(),
                 chips,
                 chips_per_host,
+            });
+        }
+        if chips_per_host != MULTI_HOST_CHIPS && chips != chips_per_host {
+            return Err(ShapeError::SingleHostOnly {
+                generation,
+                chips_per_host,
+                topology: topology.to_string(),
+                single: generation.single_host_topology(chips_per_host),
             });
         }
         Ok(SliceShape {
@@ -177,6 +185,25 @@ mod tests {
                 "1x1x2",
                 None,
                 "not a whole number of 4-chip hosts",
+            ),
+            // 1- and 8-chip machines are single-host slices only: no multi-host slice of them.
+            (
+                "tpu-v6e-slice",
+                "2x2",
+                Some(1),
+                "1-chip hosts come only as a single-host slice of 1 chip (topology 1x1), not 2x2",
+            ),
+            (
+                "tpu-v6e-slice",
+                "4x4",
+                Some(1),
+                "set the container's google.com/tpu request (or tpu.chipsPerHost) to 4",
+            ),
+            (
+                "tpu-v5-lite-podslice",
+                "4x4",
+                Some(8),
+                "8-chip hosts come only as a single-host slice of 8 chips (topology 2x4), not 4x4",
             ),
         ];
         for (acc, topo, cph, fragment) in cases {

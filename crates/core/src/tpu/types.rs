@@ -2,6 +2,9 @@
 
 use std::fmt;
 
+/// Chips per host of every multi-host slice, of every generation (GKE's `-4t` machine types).
+pub const MULTI_HOST_CHIPS: u32 = 4;
+
 /// A TPU generation, identified on GKE by the `cloud.google.com/gke-tpu-accelerator` label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Generation {
@@ -72,12 +75,24 @@ impl Generation {
         }
     }
 
+    /// The one topology a single host of `chips_per_host` chips makes (`1x1`, `2x2`, `2x4`).
+    pub fn single_host_topology(self, chips_per_host: u32) -> &'static str {
+        match (self.topology_dims(), chips_per_host) {
+            (2, 1) => "1x1",
+            (2, 8) => "2x4",
+            (2, _) => "2x2",
+            _ => "2x2x1",
+        }
+    }
+
     /// Chips per host when the user gives neither a request nor an explicit value: a slice
     /// that fits on one VM is single-host, otherwise 4 chips per host.
     pub fn default_chips_per_host(self, chips_in_slice: u32) -> u32 {
         match self {
-            Generation::V5e | Generation::V6e if chips_in_slice <= 4 => chips_in_slice,
-            _ => 4,
+            Generation::V5e | Generation::V6e if chips_in_slice <= MULTI_HOST_CHIPS => {
+                chips_in_slice
+            }
+            _ => MULTI_HOST_CHIPS,
         }
     }
 
@@ -164,5 +179,17 @@ pub enum ShapeError {
         topology: String,
         chips: u32,
         chips_per_host: u32,
+    },
+    /// GKE's 1- and 8-chip machine types make single-host slices only; every multi-host
+    /// slice is of 4-chip hosts.
+    #[error(
+        "{generation} {chips_per_host}-chip hosts come only as a single-host slice of {chips_per_host} chip{plural} (topology {single}), not {topology}; for a multi-host slice set the container's google.com/tpu request (or tpu.chipsPerHost) to 4",
+        plural = if *chips_per_host == 1 { "" } else { "s" }
+    )]
+    SingleHostOnly {
+        generation: Generation,
+        chips_per_host: u32,
+        topology: String,
+        single: &'static str,
     },
 }
