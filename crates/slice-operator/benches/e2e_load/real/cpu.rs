@@ -57,3 +57,15 @@ pub(crate) fn used(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>
         .collect::<Vec<_>>()
         .join(", ")
 }
+
+/// CPU seconds of every process in a sample.
+pub(crate) fn total(sample: &BTreeMap<String, f64>) -> f64 {
+    sample.values().sum()
+}
+
+/// The share of one core the plane's processes used over `window`, measured now.
+pub(crate) async fn load_over(group: i32, window: std::time::Duration) -> f64 {
+    let before = total(&sample(group));
+    tokio::time::sleep(window).await;
+    (total(&sample(group)) - before) / window.as_secs_f64()
+}

@@ -6,12 +6,16 @@
 //!
 //! `create64`: `ROUNDS` (3) rounds, each of: one Multislice TrainCluster of 64 x 16 created by
 //! the operator, once per binary of `SLICE_OPERATOR_BINS` (comma-separated; default the one
-//! binary), in an order that alternates from round to round; then, with the last binary's
-//! replicas running idle, two plain create loops (`CEILING_CONCURRENCY`, 16 creates in flight,
-//! the operator's `--api-concurrency`), processes of their own with the operator's
-//! ServiceAccount token (the same priority level): one sends the operator's own pod bodies
-//! (from this run's first cluster, owner references dropped), one the same bodies without
-//! their affinity (a node selector only: issue 27's reference for the time to bound).
+//! binary); and, with the last-started binary's replicas running idle, three plain create
+//! loops (`CEILING_CONCURRENCY`, 16 creates in flight, the operator's `--api-concurrency`),
+//! processes of their own with the operator's ServiceAccount token (the same priority
+//! level): one sends the operator's own pod bodies (from round 1's cluster of the last
+//! binary, the one under test; owner references dropped), one the same after a copy of the
+//! operator's headless Service, one the same bodies without their affinity (a node selector
+//! only: issue 27's reference for the time to bound). Every other round runs in reverse
+//! order, and each run starts once the plane's CPU use is back to what it was at rest
+//! (within a quarter and a tenth of a core, over 2 s; at most 120 s), so that no run pays
+//! for the previous one's deletions.
 //!
 //! Timed, by the bench's own pod watch (an admin client): from just before the TrainCluster's
 //! POST (or the loop's go, once its process has read the pods and built its client) until
@@ -270,43 +274,93 @@ fn binaries(binary: &str) -> Vec<PathBuf> {
         )
 }
 
+/// What one run of a round is: an operator binary (its index) or a loop (its kind).
+#[derive(Clone, Copy)]
+enum Creator {
+    Operator(usize),
+    Loop(&'static str, &'static str),
+}
+
+const LOOPS: [Creator; 3] = [
+    Creator::Loop("loop", "plain loop"),
+    Creator::Loop("svc", "plain loop, with the Service"),
+    Creator::Loop("sel", "plain loop, node selector only"),
+];
+
+/// A round's runs: the operators, then the loops; every other round in reverse, so that
+/// no creator always runs first (after the previous round's deletions) or last.
+fn round_order(bins: usize, round: u64) -> Vec<Creator> {
+    let mut order: Vec<Creator> = (0..bins).map(Creator::Operator).collect();
+    order.extend(LOOPS);
+    if round.is_multiple_of(2) {
+        order.reverse();
+    }
+    order
+}
+
+/// The plane's CPU use at rest, and how long each run waits for the plane to come back to
+/// it (the previous run's deletions, endpoint and garbage collection work).
+const SETTLE_WINDOW: Duration = Duration::from_secs(2);
+const SETTLE_DEADLINE_RUN: Duration = Duration::from_secs(120);
+
+/// Waits until the plane's processes use no more than `idle` (plus a tenth of a core) over
+/// a window; returns how long that took, or None at the deadline.
+async fn settle(real: &RealPlane, idle: f64) -> Option<Duration> {
+    let group = real.plane.process_group();
+    let started = Instant::now();
+    while started.elapsed() < SETTLE_DEADLINE_RUN {
+        if cpu::load_over(group, SETTLE_WINDOW).await <= idle * 1.25 + 0.1 {
+            return Some(started.elapsed());
+        }
+    }
+    None
+}
+
 pub async fn create64(binary: &str) -> anyhow::Result<()> {
     let bins = binaries(binary);
     let rounds = env_u64("ROUNDS", 3).max(1);
     let real = RealPlane::start(&bins[0], Duration::ZERO, Duration::ZERO).await?;
+    real.start_operators(&bins[0]).await?;
+    let idle = cpu::load_over(real.plane.process_group(), Duration::from_secs(5)).await;
+    eprintln!("e2e_load real create64: the plane at rest uses {idle:.2} of a core");
     let mut runs = Vec::new();
     let mut bodies = None;
     for round in 1..=rounds {
-        let mut order: Vec<(usize, &PathBuf)> = bins.iter().enumerate().collect();
-        if round % 2 == 0 {
-            order.reverse();
-        }
-        for (i, bin) in order {
-            real.stop_operators();
-            real.start_operators(bin).await?;
-            let ns = format!("op{i}-{round}");
-            real.namespace(&ns).await?;
-            eprintln!(
-                "e2e_load real create64: round {round}: {} in {ns}",
-                bin.display()
-            );
-            runs.push(operator_run(&real, &ns, label(bin, i), round).await?);
-            if bodies.is_none() {
-                let (full, selector_only) = pod_bodies(&real, &ns).await?;
-                bodies = Some((full, selector_only, service_body(&real, &ns).await?));
+        for creator in round_order(bins.len(), round) {
+            let (ns, who) = match creator {
+                Creator::Operator(i) => (format!("op{i}-{round}"), label(&bins[i], i)),
+                Creator::Loop(kind, who) => (format!("{kind}-{round}"), who.to_string()),
+            };
+            if let Creator::Operator(i) = creator {
+                real.stop_operators();
+                real.start_operators(&bins[i]).await?;
             }
-            clear(&real, &ns).await?;
-        }
-        let (full, selector_only, service) = bodies.as_ref().expect("taken in the first run");
-        for (kind, pods, service, who) in [
-            ("loop", full, None, "plain loop"),
-            ("svc", full, Some(service), "plain loop, with the Service"),
-            ("sel", selector_only, None, "plain loop, node selector only"),
-        ] {
-            let ns = format!("{kind}-{round}");
             real.namespace(&ns).await?;
-            eprintln!("e2e_load real create64: round {round}: {who} in {ns}");
-            runs.push(loop_run(&real, &ns, pods, service, who, round).await?);
+            let waited = settle(&real, idle).await;
+            eprintln!(
+                "e2e_load real create64: round {round}: {who} in {ns} (plane at rest after {})",
+                secs(waited)
+            );
+            match creator {
+                Creator::Operator(i) => {
+                    runs.push(operator_run(&real, &ns, who, round).await?);
+                    // The loops send the last binary's pods (the one under test).
+                    if bodies.is_none() && i + 1 == bins.len() {
+                        let (full, selector_only) = pod_bodies(&real, &ns).await?;
+                        bodies = Some((full, selector_only, service_body(&real, &ns).await?));
+                    }
+                }
+                Creator::Loop(kind, who) => {
+                    let (full, selector_only, service) =
+                        bodies.as_ref().expect("taken in round 1, before any loop");
+                    let (pods, service) = match kind {
+                        "svc" => (full, Some(service)),
+                        "sel" => (selector_only, None),
+                        _ => (full, None),
+                    };
+                    runs.push(loop_run(&real, &ns, pods, service, who, round).await?);
+                }
+            }
             clear(&real, &ns).await?;
         }
     }
