@@ -91,6 +91,14 @@ async fn new_cluster_creates_the_service_the_pods_and_the_status() {
         .filter(|r| !r.path.ends_with("/binding"))
         .collect();
     assert_eq!(pod_posts.len(), 8, "exactly one create per worker");
+    // The Service after the plan's pods (requests are logged as answered): its endpoint
+    // churn is not on the API server while it takes the creates (issue 28).
+    let last_pod = pod_posts.iter().map(|r| r.seq).max().unwrap();
+    assert!(
+        svc[0].seq > last_pod,
+        "the Service (#{}) was created before the last pod (#{last_pod})",
+        svc[0].seq
+    );
     for post in &pod_posts {
         let body = post.body_json().unwrap();
         assert_eq!(body["metadata"]["labels"][LABEL_CLUSTER], "fresh");

@@ -63,14 +63,6 @@ async fn apply_in_order(
     let namespace = tc.namespace().unwrap_or_default();
     let service_api: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
     let reference = tc.object_ref(&());
-    // A Service that cannot be mended must not hold back the status and the pods (a failed
-    // group would stay, partial); its error is returned once the rest is done.
-    let service = service::ensure_service(&service_api, work.service, &plan.service).await;
-    if let Err(e) = &service {
-        warn!(error = %e, "could not bring the headless Service to what the plan wants");
-        let event = service_failed(e);
-        events::publish(&ctx.events, &ctx.ledger, &reference, &[event]);
-    }
     let api = status::dynamic_api(ctx.client.clone(), &namespace);
     // Status first: it carries the planner's memory (epoch, failures counted, slices kept),
     // so a crash after it converges instead of repeating decisions.
@@ -85,6 +77,17 @@ async fn apply_in_order(
     ctx.fence.check()?;
     let requested = requests::apply(&ctx.client, &namespace, uid_of(tc), &plan.requests).await;
     let acted = pod_actions::apply_pods(ctx, tc, plan, work.relists, progress).await;
+    // After the pods: the endpoint controllers rewrite a headless Service's endpoints for
+    // every pod that gets an address, work the API server would otherwise do while it takes
+    // the creates (issue 28: a 64 x 16 creation 1.2x slower with the Service in place). A
+    // Service that cannot be mended must not hold back the status and the pods (a failed
+    // group would stay, partial); its error is returned once the rest is done.
+    let service = service::ensure_service(&service_api, work.service, &plan.service).await;
+    if let Err(e) = &service {
+        warn!(error = %e, "could not bring the headless Service to what the plan wants");
+        let event = service_failed(e);
+        events::publish(&ctx.events, &ctx.ledger, &reference, &[event]);
+    }
     let (recorded, request_error) = match requested {
         Ok(applied) => (
             after_requests(ctx, &api, tc, plan, &applied, &reference).await?,
