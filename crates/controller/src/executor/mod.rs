@@ -1,5 +1,7 @@
-//! The executor: applies a plan to the API server, in order: the Service, the status, the
-//! ProvisioningRequests, the pod deletes and creates, the label patches, then the events of what went through. A create the API server
+//! The executor: applies a plan to the API server, in order: the status, the
+//! ProvisioningRequests, the pod deletes and creates, the label patches, then the events of
+//! what went through. The headless Service comes first when the plan creates no pod, right
+//! after the pod actions when it does (`ensure_service_around`). A create the API server
 //! refuses becomes a condition (see `planner::creates`), not an error: retrying at once
 //! cannot help.
 
@@ -13,7 +15,7 @@ pub mod status;
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{ObjectReference, Service};
 use kube::api::Api;
 use kube::core::DynamicObject;
 use kube::{Resource, ResourceExt};
@@ -63,6 +65,11 @@ async fn apply_in_order(
     let namespace = tc.namespace().unwrap_or_default();
     let service_api: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
     let reference = tc.object_ref(&());
+    let creates = !plan.create.is_empty() || plan.create_head.is_some();
+    let mut service = Ok(false);
+    if !creates {
+        service = ensure_service(ctx, work, &service_api, &reference).await;
+    }
     let api = status::dynamic_api(ctx.client.clone(), &namespace);
     // Status first: it carries the planner's memory (epoch, failures counted, slices kept),
     // so a crash after it converges instead of repeating decisions.
@@ -77,16 +84,13 @@ async fn apply_in_order(
     ctx.fence.check()?;
     let requested = requests::apply(&ctx.client, &namespace, uid_of(tc), &plan.requests).await;
     let acted = pod_actions::apply_pods(ctx, tc, plan, work.relists, progress).await;
-    // After the pods: the endpoint controllers rewrite a headless Service's endpoints for
-    // every pod that gets an address, work the API server would otherwise do while it takes
-    // the creates (issue 28: a 64 x 16 creation 1.2x slower with the Service in place). A
-    // Service that cannot be mended must not hold back the status and the pods (a failed
-    // group would stay, partial); its error is returned once the rest is done.
-    let service = service::ensure_service(&service_api, work.service, &plan.service).await;
-    if let Err(e) = &service {
-        warn!(error = %e, "could not bring the headless Service to what the plan wants");
-        let event = service_failed(e);
-        events::publish(&ctx.events, &ctx.ledger, &reference, &[event]);
+    if creates {
+        // After the creates: the endpoint controllers rewrite a headless Service's
+        // endpoints for every pod that gets an address, work the API server would
+        // otherwise do while it takes the creates (a 64 x 16 creation took 1.28x a plain
+        // loop with the Service first, 0.97x after; BENCHMARKS.md).
+        ctx.fence.check()?;
+        service = ensure_service(ctx, work, &service_api, &reference).await;
     }
     let (recorded, request_error) = match requested {
         Ok(applied) => (
@@ -137,7 +141,7 @@ async fn after_requests(
     tc: &TrainCluster,
     plan: &planner::Plan,
     applied: &requests::Applied,
-    reference: &k8s_openapi::api::core::v1::ObjectReference,
+    reference: &ObjectReference,
 ) -> Result<(Option<TrainClusterStatus>, Option<Duration>)> {
     let now = jiff::Timestamp::now();
     let status = match &applied.refusal {
@@ -177,7 +181,7 @@ async fn after_pods(
     plan: &planner::Plan,
     acted: Result<()>,
     progress: &Progress,
-    reference: &k8s_openapi::api::core::v1::ObjectReference,
+    reference: &ObjectReference,
 ) -> Result<Option<Duration>> {
     match acted {
         Err(e) if e.rejection().is_some() => {
@@ -231,6 +235,23 @@ async fn after_pods(
 
 fn uid_of(tc: &TrainCluster) -> &str {
     tc.metadata.uid.as_deref().unwrap_or_default()
+}
+
+/// Bring the headless Service to what the plan wants. One that cannot be mended must not
+/// hold back the status and the pods (a failed group would stay, partial): it is reported
+/// here and its error returned once the rest is done.
+async fn ensure_service(
+    ctx: &Context,
+    work: &Apply<'_>,
+    api: &Api<Service>,
+    reference: &ObjectReference,
+) -> Result<bool> {
+    let ensured = service::ensure_service(api, work.service, &work.plan.service).await;
+    if let Err(e) = &ensured {
+        warn!(error = %e, "could not bring the headless Service to what the plan wants");
+        events::publish(&ctx.events, &ctx.ledger, reference, &[service_failed(e)]);
+    }
+    ensured
 }
 
 /// The event of a Service the executor could not mend.

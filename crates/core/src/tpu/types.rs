@@ -183,7 +183,7 @@ pub enum ShapeError {
     /// GKE's 1- and 8-chip machine types make single-host slices only; every multi-host
     /// slice is of 4-chip hosts.
     #[error(
-        "{generation} {chips_per_host}-chip hosts come only as a single-host slice of {chips_per_host} chip{plural} (topology {single}), not {topology}; for a multi-host slice set the container's google.com/tpu request (or tpu.chipsPerHost) to 4",
+        "{generation} {chips_per_host}-chip hosts come only as a single-host slice of {chips_per_host} chip{plural} (topology {single}), not {topology}; set the container's google.com/tpu request (or tpu.chipsPerHost) to 4, the chips per host of every slice of 4 chips or more, or the topology to {single}",
         plural = if *chips_per_host == 1 { "" } else { "s" }
     )]
     SingleHostOnly {

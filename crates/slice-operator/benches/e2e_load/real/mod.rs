@@ -13,9 +13,9 @@
 //! binary, the one under test; owner references dropped), one the same after a copy of the
 //! operator's headless Service, one the same bodies without their affinity (a node selector
 //! only: issue 27's reference for the time to bound). Every other round runs in reverse
-//! order, and each run starts once the plane's CPU use is back to what it was at rest
-//! (within a quarter and a tenth of a core, over 2 s; at most 120 s), so that no run pays
-//! for the previous one's deletions.
+//! order, and each run starts once the plane's CPU use over 2 s is back to what it was at
+//! rest (at most a quarter more, plus a tenth of a core; waiting at most 120 s), so that no
+//! run pays for the previous one's deletions.
 //!
 //! Timed, by the bench's own pod watch (an admin client): from just before the TrainCluster's
 //! POST (or the loop's go, once its process has read the pods and built its client) until
@@ -298,17 +298,20 @@ fn round_order(bins: usize, round: u64) -> Vec<Creator> {
     order
 }
 
-/// The plane's CPU use at rest, and how long each run waits for the plane to come back to
-/// it (the previous run's deletions, endpoint and garbage collection work).
+/// The window the plane's CPU use is measured over before a run, and how long a run waits
+/// for it to come back to its use at rest (the previous run's deletions, endpoint and
+/// garbage collection work).
 const SETTLE_WINDOW: Duration = Duration::from_secs(2);
-const SETTLE_DEADLINE_RUN: Duration = Duration::from_secs(120);
+const SETTLE_WAIT_MAX: Duration = Duration::from_secs(120);
+/// The window the plane's use at rest is measured over, once, before the first run.
+const AT_REST_WINDOW: Duration = Duration::from_secs(5);
 
-/// Waits until the plane's processes use no more than `idle` (plus a tenth of a core) over
-/// a window; returns how long that took, or None at the deadline.
+/// Waits until the plane's processes use no more than a quarter more than `idle`, plus a
+/// tenth of a core, over a window; returns how long that took, or None at the deadline.
 async fn settle(real: &RealPlane, idle: f64) -> Option<Duration> {
     let group = real.plane.process_group();
     let started = Instant::now();
-    while started.elapsed() < SETTLE_DEADLINE_RUN {
+    while started.elapsed() < SETTLE_WAIT_MAX {
         if cpu::load_over(group, SETTLE_WINDOW).await <= idle * 1.25 + 0.1 {
             return Some(started.elapsed());
         }
@@ -321,7 +324,7 @@ pub async fn create64(binary: &str) -> anyhow::Result<()> {
     let rounds = env_u64("ROUNDS", 3).max(1);
     let real = RealPlane::start(&bins[0], Duration::ZERO, Duration::ZERO).await?;
     real.start_operators(&bins[0]).await?;
-    let idle = cpu::load_over(real.plane.process_group(), Duration::from_secs(5)).await;
+    let idle = cpu::load_over(real.plane.process_group(), AT_REST_WINDOW).await;
     eprintln!("e2e_load real create64: the plane at rest uses {idle:.2} of a core");
     let mut runs = Vec::new();
     let mut bodies = None;
