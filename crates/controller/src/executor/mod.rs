@@ -1,7 +1,7 @@
 //! The executor: applies a plan to the API server, in order: the status, the
 //! ProvisioningRequests, the pod deletes and creates, the label patches, then the events of
 //! what went through. The headless Service comes first when the plan creates no pod, right
-//! after the pod actions when it does (`ensure_service_around`). A create the API server
+//! after the pod actions when it does (see `apply_in_order`). A create the API server
 //! refuses becomes a condition (see `planner::creates`), not an error: retrying at once
 //! cannot help.
 
